@@ -1,0 +1,95 @@
+"""Binds the kernel bodies of ``canary.kernels`` to a Triton execution mode per device.
+
+Triton decides between compiling and interpreting when ``@triton.jit`` runs, by reading
+``TRITON_INTERPRET``. To serve CUDA/ROCm tensors (compiled) and CPU tensors (interpreted)
+in the same process, without asking the user to set anything, every kernel body is bound
+twice, each time into its own namespace whose helper names resolve to helpers of the same
+mode:
+
+- ``compiled``: ``triton.runtime.JITFunction``, for tensors on a GPU;
+- ``interpreted``: ``triton.runtime.interpreter.InterpretedFunction``, which runs the same
+  source with numpy, one program after another, on CPU tensors.
+
+This works because the kernels use only Triton builtins (the interpreter patches those
+per launch) and never the ``@jit`` helpers of ``triton.language.standard``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+
+import torch
+import triton
+import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
+from triton.runtime.jit import JITFunction
+
+from . import kernels
+
+_BODIES = [
+    value
+    for value in vars(kernels).values()
+    if inspect.isfunction(value) and value.__module__ == kernels.__name__
+]
+
+
+def _scalar_params(fn) -> list[str]:
+    # Integer arguments must not be specialised on their value (a value of 1 would become a
+    # constexpr and compile a separate kernel per page size, capacity, ...).
+    names = []
+    for param in inspect.signature(fn).parameters.values():
+        annotated_constexpr = param.annotation is not inspect.Parameter.empty and (
+            param.annotation is tl.constexpr or "constexpr" in str(param.annotation)
+        )
+        if not annotated_constexpr and not param.name.endswith("_ptr"):
+            names.append(param.name)
+    return names
+
+
+def _bind(mode: str) -> types.SimpleNamespace:
+    namespace: dict = {
+        name: value
+        for name, value in vars(kernels).items()
+        if not inspect.isfunction(value) or value.__module__ != kernels.__name__
+    }
+    namespace["__name__"] = f"{kernels.__name__}.{mode}"
+    bound = {}
+    for body in _BODIES:
+        copy = types.FunctionType(
+            body.__code__, namespace, body.__name__, body.__defaults__, body.__closure__
+        )
+        copy.__qualname__ = body.__qualname__
+        copy.__module__ = namespace["__name__"]
+        if mode == "compiled":
+            wrapped = JITFunction(copy, do_not_specialize=_scalar_params(body))
+        else:
+            wrapped = InterpretedFunction(copy)
+        namespace[body.__name__] = wrapped
+        bound[body.__name__] = wrapped
+    return types.SimpleNamespace(**bound)
+
+
+@functools.cache
+def _kernels(mode: str) -> types.SimpleNamespace:
+    return _bind(mode)
+
+
+def kernels_for(device: torch.device) -> types.SimpleNamespace:
+    """The kernels to launch for tensors on ``device``."""
+    if device.type == "cuda":  # ROCm builds of torch also call their devices "cuda"
+        return _kernels("compiled")
+    if device.type == "cpu":
+        return _kernels("interpreted")
+    raise ValueError(
+        f"kv-canary: no Triton backend for tensors on {device}; "
+        "the canary runs on CUDA/ROCm devices (compiled) and on the CPU (interpreted)"
+    )
+
+
+def is_interpreted(device: torch.device) -> bool:
+    return device.type == "cpu"
+
+
+__all__ = ["kernels_for", "is_interpreted", "triton"]

@@ -1,0 +1,146 @@
+"""fingerprint: the real-KV hash of slots (SPEC §4), and the launch checks it shares."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import triton
+
+from ._runtime import kernels_for
+from .constants import MAX_REAL_KV_SOURCES, PARTIAL_READ_BYTES, RealKvHashMode
+from .source import RealKvSource
+
+FINGERPRINT_BLOCK = 128  # slots per program
+
+
+def as_mode(mode: object) -> RealKvHashMode:
+    if isinstance(mode, bool) or not isinstance(mode, int):
+        raise TypeError(
+            f"kv-canary: mode must be a RealKvHashMode or its int value, got {type(mode).__name__}"
+        )
+    try:
+        return RealKvHashMode(int(mode))
+    except ValueError:
+        raise ValueError(
+            f"kv-canary: mode must be one of {[m.value for m in RealKvHashMode]}, got {int(mode)}"
+        ) from None
+
+
+def check_source_count(sources: Sequence[RealKvSource]) -> None:
+    if len(sources) > MAX_REAL_KV_SOURCES:
+        raise ValueError(
+            f"kv-canary: at most {MAX_REAL_KV_SOURCES} RealKvSource entries supported by the "
+            f"CUDA ABI, got {len(sources)}"
+        )
+
+
+def check_sources(sources: Sequence[RealKvSource], device: torch.device, what: str) -> None:
+    """Source count, type and device rules, before any slot is looked at."""
+    check_source_count(sources)
+    for index, source in enumerate(sources):
+        if not isinstance(source, RealKvSource):
+            raise TypeError(
+                f"kv-canary: real_kv_sources[{index}] must be a RealKvSource, "
+                f"got {type(source).__name__}"
+            )
+        if source.tensor.device != device:
+            raise ValueError(
+                f"kv-canary: real_kv_sources[{index}] is on {source.tensor.device}, "
+                f"but {what} is on {device}"
+            )
+
+
+def check_slots_in_sources(
+    sources: Sequence[RealKvSource], slots: torch.Tensor, what: str = "slot"
+) -> None:
+    """Every slot in ``slots`` (a host int64 tensor) is addressable in every source."""
+    if slots.numel() == 0:
+        return
+    low = int(slots.min())
+    high = int(slots.max())
+    for index, source in enumerate(sources):
+        capacity = source.capacity
+        if low < 0 or high >= capacity:
+            bad = low if low < 0 else high
+            raise IndexError(
+                f"kv-canary: {what} {bad} is out of range for real_kv_sources[{index}] "
+                f"with capacity {capacity} slots"
+            )
+
+
+def source_args(sources: Sequence[RealKvSource], mode: RealKvHashMode) -> tuple[list[int], int]:
+    """Flat kernel arguments for up to four sources, and how many the kernel folds.
+
+    Each source travels as (address, row stride, page size, bytes per token, words read),
+    all in bytes except the page size; the address is the view's own ``data_ptr()`` so
+    its storage offset and strides are honoured, and nothing is copied.
+    """
+    if mode == RealKvHashMode.NONE:
+        return [0] * 5 * MAX_REAL_KV_SOURCES, 0
+    args: list[int] = []
+    for source in sources:
+        read = PARTIAL_READ_BYTES if mode == RealKvHashMode.PARTIAL else int(source.read_bytes)
+        args += [
+            source.tensor.data_ptr(),
+            source.row_stride_bytes,
+            int(source.page_size),
+            int(source.num_bytes_per_token),
+            read // 8,
+        ]
+    args += [0] * 5 * (MAX_REAL_KV_SOURCES - len(sources))
+    return args, len(sources)
+
+
+def launch_fingerprint(
+    out: torch.Tensor,
+    slots: torch.Tensor,
+    sources: Sequence[RealKvSource],
+    mode: RealKvHashMode,
+) -> None:
+    """Hash ``slots`` (int64, may hold negative 'skip' entries) into ``out`` (int64)."""
+    num_entries = slots.numel()
+    args, num_sources = source_args(sources, mode)
+    if num_entries == 0:
+        return
+    if num_sources == 0:
+        out.zero_()
+        return
+    grid = (triton.cdiv(num_entries, FINGERPRINT_BLOCK),)
+    kernels_for(slots.device).fingerprint_kernel[grid](
+        out, slots, num_entries, *args, NUM_SOURCES=num_sources, BLOCK=FINGERPRINT_BLOCK
+    )
+
+
+def fingerprint(
+    sources: Sequence[RealKvSource],
+    slot_indices: torch.Tensor,
+    *,
+    mode: RealKvHashMode | int = RealKvHashMode.ALL,
+) -> torch.Tensor:
+    """The real-KV hash of each slot in ``slot_indices``, as int64 on its device.
+
+    Per slot, each source's read window is folded as little-endian u64 words
+    (``acc = splitmix64(acc ^ w)``), and the per-source folds are combined in tuple order
+    (``h = splitmix64(h ^ fold)``). Mode NONE, or no sources, gives zeros and reads nothing.
+    """
+    mode = as_mode(mode)
+    sources = tuple(sources)
+    if not isinstance(slot_indices, torch.Tensor):
+        raise TypeError(
+            f"kv-canary: slot_indices must be a torch.Tensor, got {type(slot_indices).__name__}"
+        )
+    if slot_indices.ndim != 1 or slot_indices.dtype.is_floating_point or slot_indices.is_complex():
+        raise ValueError(
+            "kv-canary: slot_indices must be a 1-D integer tensor, got "
+            f"shape {tuple(slot_indices.shape)} of {slot_indices.dtype}"
+        )
+    if slot_indices.dtype == torch.bool:
+        raise ValueError("kv-canary: slot_indices must be a 1-D integer tensor, got torch.bool")
+    check_sources(sources, slot_indices.device, "slot_indices")
+    slots = slot_indices.to(torch.int64).contiguous()
+    if mode != RealKvHashMode.NONE and sources:
+        check_slots_in_sources(sources, slots.cpu())
+    out = torch.zeros(slots.numel(), dtype=torch.int64, device=slots.device)
+    launch_fingerprint(out, slots, sources, mode)
+    return out
