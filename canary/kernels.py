@@ -275,3 +275,23 @@ def write_kernel(
                 running = splitmix64_mix3(running, as_u64(token), as_u64(position))
                 written += 1
         tl.atomic_add(slot_run_counter_ptr, written)
+
+
+def hash_kernel(
+    out_ptr,  # int64 [n]: the hash of each element
+    a_ptr, b_ptr, c_ptr,  # int64 [n] each; b and c are read only by MIX3
+    n,  # elements
+    MIX3: tl.constexpr,  # False: splitmix64(a); True: splitmix64_mix3(a, b, c)
+    BLOCK: tl.constexpr,
+):
+    # The hash primitives on their own, so that they can be pinned against SPEC §2.
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    a = as_u64(tl.load(a_ptr + offs, mask=mask, other=0))
+    if MIX3:
+        b = as_u64(tl.load(b_ptr + offs, mask=mask, other=0))
+        c = as_u64(tl.load(c_ptr + offs, mask=mask, other=0))
+        h = splitmix64_mix3(a, b, c)
+    else:
+        h = splitmix64(a)
+    tl.store(out_ptr + offs, as_i64(h), mask=mask)

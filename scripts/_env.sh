@@ -1,0 +1,39 @@
+# Sourced by the run scripts: make (or reuse) the project's virtual environment in .venv.
+#
+# torch is installed first and on its own, from CANARY_TORCH (default: the CPU build
+# torch==2.13.0), so that resolving the project's own `torch>=...` requirement never
+# pulls a multi-GB CUDA build onto a machine that has no GPU. On a GPU machine set, e.g.,
+# CANARY_TORCH="torch==2.11.0" or point CANARY_VENV at an environment that has torch.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${CANARY_VENV:-$root/.venv}"
+python="${PYTHON:-python3}"
+
+if [ ! -x "$venv/bin/python" ]; then
+    "$python" -m venv "$venv"
+fi
+py="$venv/bin/python"
+
+stamp="$venv/.canary-installed"
+want="$(cat "$root/pyproject.toml"; echo "${CANARY_TORCH:-torch==2.13.0}")"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    "$py" -m pip install --quiet --upgrade pip
+    if ! "$py" -c "import torch" 2>/dev/null; then
+        "$py" -m pip install --quiet "${CANARY_TORCH:-torch==2.13.0}"
+    fi
+    "$py" -m pip install --quiet -e "$root[test]"
+    printf '%s' "$want" > "$stamp"
+fi
+
+# pytest exits 5 when it collected no test: that is neither a pass nor a failure of the
+# code, so the scripts report it and fail rather than let it pass silently.
+run_pytest() {
+    local status=0
+    "$py" -m pytest "$@" || status=$?
+    if [ "$status" -eq 5 ]; then
+        echo "error: pytest collected no tests ($*)" >&2
+        return 1
+    fi
+    return "$status"
+}
