@@ -1,0 +1,53 @@
+"""A pure-numpy oracle of the KV canary, mirroring SPEC.md section by section.
+
+It never imports torch, so it can judge any implementation without sharing its stack:
+``constants`` (§1), ``hashing`` (§2), ``source`` (§3 layout and §4 fingerprint),
+``validation`` (§3 rules and messages), ``chain`` (§5-§7 write and verify).
+"""
+
+from reference.chain import CanaryState, VerifyPlan, WritePlan, verify, write
+from reference.constants import (
+    CANARY_CHAIN_ANCHOR,
+    CANARY_FIELDS_PER_SLOT,
+    CANARY_SLOT_BYTES,
+    MAX_REAL_KV_SOURCES,
+    PARTIAL_READ_BYTES,
+    TOKEN_TO_KV_SLOT_PADDING,
+    VIOLATION_FIELDS,
+    CanaryField,
+    CanaryLaunchTag,
+    FailReason,
+    RealKvHashMode,
+    ViolationField,
+)
+from reference.hashing import splitmix64, splitmix64_mix3, to_signed64, to_unsigned64
+from reference.source import Source, fingerprint
+from reference.validation import SourceDescription, validate_source
+
+__all__ = [
+    "CANARY_CHAIN_ANCHOR",
+    "CANARY_FIELDS_PER_SLOT",
+    "CANARY_SLOT_BYTES",
+    "MAX_REAL_KV_SOURCES",
+    "PARTIAL_READ_BYTES",
+    "TOKEN_TO_KV_SLOT_PADDING",
+    "VIOLATION_FIELDS",
+    "CanaryField",
+    "CanaryLaunchTag",
+    "CanaryState",
+    "FailReason",
+    "RealKvHashMode",
+    "Source",
+    "SourceDescription",
+    "VerifyPlan",
+    "ViolationField",
+    "WritePlan",
+    "fingerprint",
+    "splitmix64",
+    "splitmix64_mix3",
+    "to_signed64",
+    "to_unsigned64",
+    "validate_source",
+    "verify",
+    "write",
+]
