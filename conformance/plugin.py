@@ -106,7 +106,8 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if not profile:
         profile = "ci" if os.environ.get("CI") else "dev"
-    loaded = profiles.select(profile, on_cpu=device.type == "cpu")
+    profiles.ON_CPU = device.type == "cpu"
+    loaded = profiles.select(profile, on_cpu=profiles.ON_CPU)
     config._canary_selection = Selection(
         module=module,
         module_name=module_name,
@@ -175,9 +176,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"canary hypothesis profile: {facts['hypothesis_profile']}",
     ]
     if not selection.write_verify:
-        lines.append(
-            "canary write/verify group: absent from the module; those tests are skipped"
-        )
+        lines.append("canary write/verify group: absent from the module; those tests are skipped")
     env = facts["environment"]
     lines.append(
         "canary environment: " + (" ".join(f"{k}={v}" for k, v in env.items()) or "(none set)")
@@ -219,5 +218,3 @@ def device(pytestconfig: pytest.Config):
 @pytest.fixture(scope="session")
 def impl_name(pytestconfig: pytest.Config) -> str:
     return _selection(pytestconfig).module_name
-
-

@@ -48,3 +48,19 @@ def select(name: str, *, on_cpu: bool) -> str:
 def examples(share: float = 1.0) -> settings:
     """A ``@settings`` decorator running ``share`` of the loaded profile's examples (at least 2)."""
     return settings(max_examples=max(2, round(settings.default.max_examples * share)))
+
+
+# Set by the plugin once the device is known: data sizes shrink with the example counts.
+ON_CPU = True
+
+
+def layout_sizes() -> dict:
+    """Size caps for :func:`strategies.source_layouts` on this run's device."""
+    if ON_CPU:
+        return dict(max_rows=4, max_page_size=8, max_bytes_per_token=128)
+    return dict(max_rows=16, max_page_size=32, max_bytes_per_token=512)
+
+
+def max_slots() -> int:
+    """Longest slot list a property draws on this run's device."""
+    return 24 if ON_CPU else 256

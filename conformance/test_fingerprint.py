@@ -1,0 +1,367 @@
+"""fingerprint (SPEC §4) against the reference, and the properties of its read window."""
+
+from __future__ import annotations
+
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+
+import strategies as st_kv
+from conformance import profiles
+from conformance.assertions import assert_int64_equal, fail, to_numpy
+from conformance.profiles import examples
+from conformance.support import (
+    describe_layouts,
+    fingerprint_repro,
+    materialize_all,
+    reference_fingerprint,
+    reference_sources,
+    slots_tensor,
+)
+
+
+def draw_case(data, *, min_sources=0, max_sources=4, modes=None, **layout_kwargs):
+    """Draw sources, slots in range of all of them, a mode, and whether they share one pool."""
+    sizes = {**profiles.layout_sizes(), **layout_kwargs}
+    layouts = data.draw(
+        st_kv.source_tuples(min_sources=min_sources, max_sources=max_sources, **sizes),
+        label="layouts",
+    )
+    capacity = min((layout.capacity for layout in layouts), default=8)
+    page_size = layouts[0].page_size if layouts else None
+    slots = data.draw(
+        st_kv.slot_indices(capacity, max_size=profiles.max_slots(), page_size=page_size),
+        label="slots",
+    )
+    mode = data.draw(st_kv.modes() if modes is None else modes, label="mode")
+    shared = data.draw(st.booleans(), label="shared pool")
+    return layouts, slots, mode, shared
+
+
+def run_both(impl, impl_name, device, layouts, slots, mode, shared):
+    """Run the implementation and the reference on one case; compare bit for bit."""
+    __tracebackhide__ = True
+    materialized = materialize_all(layouts, device, shared=shared)
+    sources = [m.build(impl) for m in materialized]
+    got = impl.fingerprint(sources, slots_tensor(slots, device), mode=mode)
+    want = reference_fingerprint(reference_sources(materialized), slots, mode)
+    assert_int64_equal(
+        got,
+        want,
+        call=f"fingerprint(mode={int(mode)}, {len(sources)} sources)",
+        config=describe_layouts(layouts),
+        repro=fingerprint_repro(impl_name, device, layouts, slots, mode, shared=shared),
+        labels=[f"slot {s}" for s in slots],
+    )
+    assert got.device == torch.device(device) if isinstance(device, str) else got.device == device
+    return materialized, sources, got
+
+
+@examples(1.0)
+@given(data=st.data())
+def test_fingerprint_equals_reference(impl, impl_name, device, data):
+    """fingerprint equals the reference bit for bit on every generated layout, slot set and mode."""
+    layouts, slots, mode, shared = draw_case(data, fills=st_kv.FILLS)
+    run_both(impl, impl_name, device, layouts, slots, mode, shared)
+
+
+@examples(0.5)
+@given(data=st.data())
+def test_one_read_word_changes_only_its_slot(impl, impl_name, device, data):
+    """Changing one byte of one read word changes that slot's hash and no other slot's."""
+    layouts, slots, mode, shared = draw_case(
+        data, min_sources=1, modes=st.sampled_from([1, 2]), min_capacity=1
+    )
+    materialized, sources, before = run_both(
+        impl, impl_name, device, layouts, slots or [0], mode, shared
+    )
+    slots = slots or [0]
+    which = data.draw(st.integers(0, len(layouts) - 1), label="source")
+    slot = data.draw(st.sampled_from(slots), label="slot")
+    window = st_kv.window_byte_offsets(layouts[which], slot, mode)
+    offset = int(data.draw(st.sampled_from(list(window)), label="byte"))
+    flip = data.draw(st.integers(1, 255), label="xor")
+    backing = materialized[which].backing
+    backing[offset] ^= flip
+    after = impl.fingerprint(sources, slots_tensor(slots, device), mode=mode)
+    want = reference_fingerprint(reference_sources(materialized), slots, mode)
+    config = describe_layouts(layouts) + f"; byte {offset} of source {which} ^= {flip:#x}"
+    assert_int64_equal(after, want, call="fingerprint after a write", config=config)
+    changed = to_numpy(after) != to_numpy(before)
+    is_slot = np.asarray(slots) == slot
+    if not changed[is_slot].all() or changed[~is_slot].any():
+        fail(
+            f"changing a byte read by slot {slot} changed the hash of slots "
+            f"{sorted(set(np.asarray(slots)[changed].tolist()))}, expected exactly [{slot}]",
+            config=config,
+        )
+
+
+@examples(0.5)
+@given(data=st.data())
+def test_bytes_outside_the_read_window_change_nothing(impl, impl_name, device, data):
+    """Holes, row gaps, bytes past read_bytes (past 16 in PARTIAL) and bytes around the view never change a hash."""
+    layouts, slots, mode, shared = draw_case(data, min_sources=1, modes=st.sampled_from([1, 2]))
+    materialized, sources, before = run_both(impl, impl_name, device, layouts, slots, mode, shared)
+    touched = 0
+    for layout, m in zip(layouts, materialized):
+        outside = st_kv.outside_byte_offsets(layout)
+        if mode == 1 and layout.capacity:
+            # in PARTIAL mode the bytes of a slot past its first 16 are outside too
+            starts = st_kv.slot_window_starts(layout)
+            past16 = (starts[:, None] + np.arange(16, layout.read_bytes)).ravel()
+            outside = np.concatenate([outside, past16])
+        if outside.size:
+            index = torch.from_numpy(outside).to(m.backing.device)
+            m.backing[index] = m.backing[index] ^ 0x5A
+            touched += outside.size
+    after = impl.fingerprint(sources, slots_tensor(slots, device), mode=mode)
+    assert_int64_equal(
+        after,
+        to_numpy(before),
+        call=f"fingerprint after changing {touched} bytes outside every read window",
+        config=describe_layouts(layouts),
+        repro=fingerprint_repro(impl_name, device, layouts, slots, mode, shared=shared),
+    )
+
+
+@examples(0.5)
+@given(data=st.data())
+def test_source_order_matters(impl, impl_name, device, data):
+    """Reversing the sources gives the reference's hash of the reversed tuple, which differs where the sources differ."""
+    layouts, slots, mode, _ = draw_case(
+        data, min_sources=2, modes=st.sampled_from([1, 2]), min_capacity=1
+    )
+    slots = slots or [0]
+    materialized = materialize_all(layouts, device, shared=True)  # per-layer bytes differ
+    sources = [m.build(impl) for m in materialized]
+    refs = reference_sources(materialized)
+    forward = impl.fingerprint(sources, slots_tensor(slots, device), mode=mode)
+    backward = impl.fingerprint(sources[::-1], slots_tensor(slots, device), mode=mode)
+    config = describe_layouts(layouts)
+    assert_int64_equal(
+        forward, reference_fingerprint(refs, slots, mode), call="fingerprint", config=config
+    )
+    assert_int64_equal(
+        backward,
+        reference_fingerprint(refs[::-1], slots, mode),
+        call="fingerprint(sources[::-1])",
+        config=config,
+    )
+    if (to_numpy(forward) == to_numpy(backward)).any():
+        fail(
+            "reversing two sources with different bytes left a slot's hash unchanged", config=config
+        )
+
+
+@examples(0.5)
+@given(data=st.data())
+def test_partial_is_all_at_read_16(impl, device, data):
+    """PARTIAL hashes equal ALL hashes of the same tensors declared with read_bytes=16."""
+    layouts, slots, _, shared = draw_case(data, min_sources=1, min_capacity=1)
+    materialized = materialize_all(layouts, device, shared=shared)
+    partial = impl.fingerprint(
+        [m.build(impl) for m in materialized], slots_tensor(slots, device), mode=1
+    )
+    read16 = [
+        impl.RealKvSource(tensor=m.tensor, **{**m.kwargs(), "read_bytes": 16}) for m in materialized
+    ]
+    full16 = impl.fingerprint(read16, slots_tensor(slots, device), mode=2)
+    assert_int64_equal(
+        partial,
+        to_numpy(full16),
+        call="fingerprint(PARTIAL) vs ALL at read_bytes=16",
+        config=describe_layouts(layouts),
+    )
+    if layouts and all(layout.read_bytes == 16 for layout in layouts):
+        all_mode = impl.fingerprint(
+            [m.build(impl) for m in materialized], slots_tensor(slots, device), mode=2
+        )
+        assert_int64_equal(all_mode, to_numpy(partial), call="ALL vs PARTIAL at read_bytes=16")
+
+
+@examples(0.5)
+@given(data=st.data())
+def test_none_and_no_sources_read_nothing(impl, device, data):
+    """Mode NONE and an empty source tuple give 0 for every slot, even slots no source has."""
+    layouts, slots, _, _ = draw_case(data)
+    stray = data.draw(
+        st.lists(st.integers(-(2**40), 2**40), max_size=4), label="slots outside every source"
+    )
+    materialized = materialize_all(layouts, device)
+    sources = [m.build(impl) for m in materialized]
+    everything = slots_tensor(list(slots) + stray, device)
+    zeros = np.zeros(len(slots) + len(stray), dtype=np.int64)
+    assert_int64_equal(
+        impl.fingerprint(sources, everything, mode=0),
+        zeros,
+        call="fingerprint(mode=NONE)",
+        config=describe_layouts(layouts),
+    )
+    inside = slots_tensor(slots, device)
+    for mode in (0, 1, 2):
+        assert_int64_equal(
+            impl.fingerprint([], inside, mode=mode),
+            np.zeros(len(slots), dtype=np.int64),
+            call=f"fingerprint([], mode={mode})",
+        )
+
+
+@examples(0.5)
+@given(data=st.data())
+def test_dtype_does_not_matter(impl, device, data):
+    """The same bytes hash the same whichever dtype the source tensor views them as."""
+    layouts, slots, mode, _ = draw_case(data, min_sources=1, max_sources=2, min_capacity=1)
+    materialized = materialize_all(layouts, device)
+    base = impl.fingerprint(
+        [m.build(impl) for m in materialized], slots_tensor(slots, device), mode=mode
+    )
+    as_dtype = data.draw(
+        st.sampled_from([torch.uint8, torch.int8, torch.float16, torch.int32, torch.int64]),
+        label="view dtype",
+    )
+    views = []
+    for m in materialized:
+        last = m.tensor.shape[-1] * m.tensor.element_size()
+        if last % as_dtype.itemsize:
+            as_dtype = torch.uint8  # the row's last dim must split into whole elements
+        views.append(m.tensor.view(torch.uint8).view(as_dtype))
+    sources = [impl.RealKvSource(tensor=v, **m.kwargs()) for v, m in zip(views, materialized)]
+    again = impl.fingerprint(sources, slots_tensor(slots, device), mode=mode)
+    assert_int64_equal(
+        again,
+        to_numpy(base),
+        call=f"fingerprint of the same bytes viewed as {as_dtype}",
+        config=describe_layouts(layouts),
+    )
+
+
+@examples(0.5)
+@given(data=st.data())
+def test_hash_follows_the_live_tensor(impl, device, data):
+    """Writing to the tensor after the source is built changes the hash: the source is not a snapshot."""
+    layouts, slots, mode, shared = draw_case(
+        data, min_sources=1, modes=st.sampled_from([1, 2]), min_capacity=1
+    )
+    slots = slots or [0]
+    materialized = materialize_all(layouts, device, shared=shared)
+    sources = [m.build(impl) for m in materialized]
+    before = impl.fingerprint(sources, slots_tensor(slots, device), mode=mode)
+    for m in materialized:  # a new KV write into the pool, through the pool's own tensor
+        m.tensor.view(torch.uint8).add_(1)
+    after = impl.fingerprint(sources, slots_tensor(slots, device), mode=mode)
+    assert_int64_equal(
+        after,
+        reference_fingerprint(reference_sources(materialized), slots, mode),
+        call="fingerprint after writing the pool",
+        config=describe_layouts(layouts),
+    )
+    if (to_numpy(after) == to_numpy(before)).any():
+        fail("a slot's hash did not follow a write to its bytes", config=describe_layouts(layouts))
+
+
+def _far_source(impl, device, *, gap: int):
+    """A source whose rows lie ``gap`` bytes apart inside one large, lazily allocated buffer.
+
+    The view starts ``2**31 + 64`` bytes into the buffer, so an implementation that wraps
+    addresses to 32 bits reads other (zero) bytes of the same buffer rather than faulting.
+    """
+    start = 2**31 + 64
+    rows, row_bytes = 3, 256
+    total = start + (rows - 1) * gap + row_bytes + 4096
+    raw = torch.empty(total, dtype=torch.uint8, device=device)
+    view = torch.as_strided(raw, (rows, row_bytes), (gap, 1), start)
+    fill = torch.arange(1, rows * row_bytes + 1, dtype=torch.int64).remainder(251).add(1)
+    view.copy_(fill.to(torch.uint8).reshape(rows, row_bytes))
+    return (
+        raw,
+        view,
+        impl.RealKvSource(tensor=view, page_size=2, num_bytes_per_token=128, read_bytes=128),
+    )
+
+
+@pytest.mark.parametrize(
+    "gap", [2**31 + 16, 2**32 + 16], ids=["rows 2^31 apart", "rows 2^32 apart"]
+)
+def test_addresses_past_2_to_the_31_and_32(impl, device, gap):
+    """A source whose byte offsets pass 2^31 and 2^32 hashes like the reference (64-bit addressing)."""
+    import reference
+
+    raw, view, source = _far_source(impl, device, gap=gap)
+    slots = [0, 1, 2, 3, 4, 5]
+    got = impl.fingerprint([source], slots_tensor(slots, device), mode=2)
+    host_rows = view.cpu().numpy()
+    want = reference.fingerprint(
+        [reference.Source(host_rows, 2, 128, 128)], np.asarray(slots, dtype=np.int64), 2
+    )
+    assert_int64_equal(got, want, call=f"fingerprint with rows {gap} bytes apart")
+    del raw
+
+
+def test_launch_checks_source_cap(impl, device):
+    """More than 4 sources raise SPEC §4's ValueError in every mode, even with no slots."""
+    layout = st_kv.SourceLayout(
+        dtype="uint8",
+        rows=1,
+        row_shape=(32,),
+        page_size=1,
+        num_bytes_per_token=32,
+        read_bytes=32,
+        row_stride_bytes=32,
+        offset_bytes=0,
+        tail_bytes=0,
+        fill="dense",
+        seed=1,
+    )
+    source = st_kv.materialize(layout, device).build(impl)
+    for count in (5, 6):
+        for mode in (0, 1, 2):
+            for slots in ([], [0]):
+                with pytest.raises(ValueError) as caught:
+                    impl.fingerprint([source] * count, slots_tensor(slots, device), mode=mode)
+                assert str(caught.value) == (
+                    f"kv-canary: at most 4 RealKvSource entries supported by the CUDA ABI, got {count}"
+                )
+
+
+def test_launch_checks_device(impl, device):
+    """A source on another device than slot_indices raises ValueError naming the source index and both devices."""
+    here = torch.zeros(2, 64, dtype=torch.uint8, device=device)
+    elsewhere = torch.zeros(2, 64, dtype=torch.uint8, device="meta")
+    sources = [
+        impl.RealKvSource(tensor=t, page_size=2, num_bytes_per_token=32, read_bytes=32)
+        for t in (here, elsewhere)
+    ]
+    for slots in ([], [0, 1]):
+        with pytest.raises(ValueError) as caught:
+            impl.fingerprint(sources, slots_tensor(slots, device), mode=2)
+        message = str(caught.value)
+        assert "1" in message and "meta" in message and str(torch.device(device).type) in message
+
+
+@examples(0.5)
+@given(data=st.data())
+def test_launch_checks_slot_range(impl, device, data):
+    """In PARTIAL and ALL a slot outside [0, rows*page_size) of any source raises IndexError naming slot, source and capacity."""
+    layouts = data.draw(
+        st_kv.source_tuples(min_sources=1, max_sources=4, **profiles.layout_sizes()),
+        label="layouts",
+    )
+    capacities = [layout.capacity for layout in layouts]
+    bad = data.draw(
+        st.one_of(
+            st.integers(-(2**40), -1),
+            st.integers(min(capacities), max(capacities) + 2**40),
+        ),
+        label="bad slot",
+    )
+    first = next(i for i, c in enumerate(capacities) if not 0 <= bad < c)
+    mode = data.draw(st.sampled_from([1, 2]), label="mode")
+    sources = [st_kv.materialize(layout, device).build(impl) for layout in layouts]
+    with pytest.raises(IndexError) as caught:
+        impl.fingerprint(sources, slots_tensor([bad], device), mode=mode)
+    message = str(caught.value)
+    for what in (str(bad), str(first), str(capacities[first])):
+        assert what in message, f"IndexError {message!r} does not name {what}"

@@ -1,0 +1,275 @@
+"""RealKvSource validation (SPEC §3): valid configs accepted, invalid ones raise the exact error."""
+
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+
+import strategies as st_kv
+from conformance import profiles
+from conformance.assertions import fail
+from conformance.profiles import examples
+
+
+def aligned(device, nbytes: int, offset: int = 0) -> torch.Tensor:
+    """A uint8 buffer whose element ``offset`` sits at a 16-byte-aligned address plus ``offset``."""
+    raw = torch.zeros(nbytes + 32, dtype=torch.uint8, device=device)
+    start = (-raw.data_ptr()) % 16
+    return raw[start + offset : start + offset + nbytes]
+
+
+GOOD = dict(page_size=2, num_bytes_per_token=32, read_bytes=16)
+P = "kv-canary: RealKvSource"
+
+CASES = [
+    # (id, tensor factory, overrides, exception, message)
+    (
+        "tensor=ndarray",
+        lambda d: np.zeros((2, 64), np.uint8),
+        {},
+        TypeError,
+        f"{P}.tensor must be a torch.Tensor, got ndarray",
+    ),
+    (
+        "tensor=None",
+        lambda d: None,
+        {},
+        TypeError,
+        f"{P}.tensor must be a torch.Tensor, got NoneType",
+    ),
+    (
+        "page_size=2.0",
+        lambda d: aligned(d, 128).view(2, 64),
+        {"page_size": 2.0},
+        TypeError,
+        f"{P}.page_size must be an int, got float",
+    ),
+    (
+        "page_size=True",
+        lambda d: aligned(d, 128).view(2, 64),
+        {"page_size": True},
+        TypeError,
+        f"{P}.page_size must be an int, got bool",
+    ),
+    (
+        "num_bytes_per_token='32'",
+        lambda d: aligned(d, 128).view(2, 64),
+        {"num_bytes_per_token": "32"},
+        TypeError,
+        f"{P}.num_bytes_per_token must be an int, got str",
+    ),
+    (
+        "read_bytes=None",
+        lambda d: aligned(d, 128).view(2, 64),
+        {"read_bytes": None},
+        TypeError,
+        f"{P}.read_bytes must be an int, got NoneType",
+    ),
+    (
+        "page_size=0",
+        lambda d: aligned(d, 128).view(2, 64),
+        {"page_size": 0},
+        ValueError,
+        f"{P}.page_size must be >= 1, got 0",
+    ),
+    (
+        "page_size=-3",
+        lambda d: aligned(d, 128).view(2, 64),
+        {"page_size": -3},
+        ValueError,
+        f"{P}.page_size must be >= 1, got -3",
+    ),
+    (
+        "num_bytes_per_token=24",
+        lambda d: aligned(d, 128).view(2, 64),
+        {"num_bytes_per_token": 24},
+        ValueError,
+        f"{P}.num_bytes_per_token must be a positive multiple of 16, got 24",
+    ),
+    (
+        "num_bytes_per_token=0",
+        lambda d: aligned(d, 128).view(2, 64),
+        {"num_bytes_per_token": 0},
+        ValueError,
+        f"{P}.num_bytes_per_token must be a positive multiple of 16, got 0",
+    ),
+    (
+        "read_bytes=48",
+        lambda d: aligned(d, 128).view(2, 64),
+        {"read_bytes": 48},
+        ValueError,
+        f"{P}.read_bytes must be a positive multiple of 16 in (0, num_bytes_per_token=32], got 48",
+    ),
+    (
+        "read_bytes=8",
+        lambda d: aligned(d, 128).view(2, 64),
+        {"read_bytes": 8},
+        ValueError,
+        f"{P}.read_bytes must be a positive multiple of 16 in (0, num_bytes_per_token=32], got 8",
+    ),
+    (
+        "tensor 1-D",
+        lambda d: aligned(d, 128),
+        {},
+        ValueError,
+        f"{P}.tensor must be at least 2-D, got shape (128,)",
+    ),
+    (
+        "tensor 0-D",
+        lambda d: torch.tensor(3),
+        {},
+        ValueError,
+        f"{P}.tensor must be at least 2-D, got shape ()",
+    ),
+    (
+        "row stride 72 bytes",
+        lambda d: aligned(d, 144).view(2, 72),
+        {},
+        ValueError,
+        f"{P}.tensor row stride must be a multiple of 16 bytes, got 72 bytes "
+        "(shape=(2, 72), strides=(72, 1), dtype=torch.uint8)",
+    ),
+    (
+        "rows not contiguous",
+        lambda d: aligned(d, 256).view(2, 64, 2)[:, :, 0],
+        {},
+        ValueError,
+        f"{P}.tensor rows must be contiguous, got shape (2, 64) with strides (128, 2)",
+    ),
+    (
+        "row too narrow",
+        lambda d: aligned(d, 96).view(2, 48),
+        {},
+        ValueError,
+        f"{P} row is too narrow for its slot layout: dim-1 is 48 bytes but "
+        "page_size=2 x num_bytes_per_token=32 needs 64",
+    ),
+    (
+        "data_ptr % 16 == 4",
+        lambda d: aligned(d, 128, offset=4).view(torch.int32).view(2, 16),
+        {},
+        ValueError,
+        f"{P}.tensor data pointer must be 16-byte aligned, got data_ptr % 16 == 4",
+    ),
+    # several rules broken at once: the first in SPEC order wins
+    (
+        "page_size=0 and read_bytes=8",
+        lambda d: aligned(d, 128).view(2, 64),
+        {"page_size": 0, "read_bytes": 8},
+        ValueError,
+        f"{P}.page_size must be >= 1, got 0",
+    ),
+    (
+        "1-D tensor and page_size=0.5",
+        lambda d: aligned(d, 128),
+        {"page_size": 0.5},
+        TypeError,
+        f"{P}.page_size must be an int, got float",
+    ),
+    (
+        "narrow row and misaligned",
+        lambda d: aligned(d, 64, offset=1).view(2, 32),
+        {},
+        ValueError,
+        f"{P} row is too narrow for its slot layout: dim-1 is 32 bytes but "
+        "page_size=2 x num_bytes_per_token=32 needs 64",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("make", "overrides", "error", "message"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_spec_examples(impl, device, make, overrides, error, message):
+    """Hand-written SPEC §3 cases raise exactly its exception type and message, first rule first."""
+    with pytest.raises(Exception) as caught:
+        impl.RealKvSource(tensor=make(device), **{**GOOD, **overrides})
+    assert type(caught.value) is error
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda d: aligned(d, 128).view(2, 64),
+        lambda d: aligned(d, 256).view(torch.float16).view(2, 4, 16),  # N-D rows
+        lambda d: aligned(d, 512).view(2, 256)[:, :64],  # row gap: stride(0) > row
+        lambda d: aligned(d, 256, offset=16).view(2, 128),  # storage offset
+        lambda d: aligned(d, 0).view(0, 64),  # no rows
+    ],
+    ids=["plain", "N-D rows", "row gap", "storage offset", "zero rows"],
+)
+def test_valid_examples_are_accepted(impl, device, make):
+    """Valid layouts (N-D rows, row gaps, offsets, no rows, numpy ints) construct and keep their fields."""
+    tensor = make(device)
+    source = impl.RealKvSource(
+        tensor=tensor, page_size=np.int64(2), num_bytes_per_token=32, read_bytes=16
+    )
+    assert source.tensor is tensor
+    assert source.page_size == 2
+
+
+def test_source_is_frozen_and_keyword_only(impl, device):
+    """RealKvSource is frozen and keyword-only."""
+    source = impl.RealKvSource(tensor=aligned(device, 128).view(2, 64), **GOOD)
+    with pytest.raises(AttributeError):
+        source.page_size = 4
+    with pytest.raises(TypeError):
+        impl.RealKvSource(aligned(device, 128).view(2, 64), 2, 32, 16)
+
+
+def check_case(impl, case, device):
+    """Build ``case`` and check that RealKvSource raises exactly its expected error."""
+    __tracebackhide__ = True
+    kwargs = case.build(device)
+    error, message = case.expected
+    try:
+        impl.RealKvSource(**kwargs)
+    except Exception as caught:  # noqa: BLE001 - the type itself is under test
+        if type(caught) is not error or str(caught) != message:
+            fail(
+                f"{case.recipe} raised {type(caught).__name__}: {caught}\n"
+                f"  but SPEC §3 rule {case.rule} requires {error.__name__}: {message}",
+                config=f"rules broken: {sorted(case.broken_rules)}",
+                repro=f"    case = {case!r}\n    impl.RealKvSource(**case.build({str(device)!r}))",
+            )
+    else:
+        fail(
+            f"{case.recipe} was accepted, but SPEC §3 rule {case.rule} requires "
+            f"{error.__name__}: {message}",
+            repro=f"    case = {case!r}\n    impl.RealKvSource(**case.build({str(device)!r}))",
+        )
+
+
+@examples(1.0)
+@given(layout=st_kv.source_layouts(**profiles.layout_sizes(), fills=("dense",)))
+def test_valid_configs_are_accepted(impl, device, layout):
+    """Every valid generated layout constructs, keeping its tensor (not a copy) and its ints."""
+    m = st_kv.materialize(layout, device)
+    try:
+        source = m.build(impl)
+    except Exception as caught:  # noqa: BLE001
+        fail(f"a valid source was refused: {type(caught).__name__}: {caught}", config=repr(layout))
+    assert source.tensor is m.tensor
+    assert (source.page_size, source.num_bytes_per_token, source.read_bytes) == (
+        layout.page_size,
+        layout.num_bytes_per_token,
+        layout.read_bytes,
+    )
+
+
+@pytest.mark.parametrize("rule", range(1, 11))
+@examples(0.3)
+@given(data=st.data())
+def test_each_rule_raises_its_error(impl, device, rule, data):
+    """A config breaking only rule N raises rule N's exact exception type and message."""
+    case = data.draw(st_kv.invalid_source_cases(rule=rule), label="case")
+    check_case(impl, case, device)
+
+
+@examples(1.0)
+@given(case=st_kv.multi_invalid_source_cases())
+def test_first_broken_rule_wins(impl, device, case):
+    """A config breaking several rules raises the error of the first of them in SPEC order."""
+    check_case(impl, case, device)
