@@ -16,7 +16,7 @@ from .constants import (
     FailReason,
     RealKvHashMode,
 )
-from .fingerprint import fingerprint
+from .real_kv_hash import fingerprint
 from .launch import launch_canary_verify_kernel, launch_canary_write_kernel
 from .plans import VerifyOrWriteContext, VerifyPlan, WritePlan
 from .source import RealKvSource

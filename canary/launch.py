@@ -11,7 +11,7 @@ import triton
 
 from ._runtime import kernels_for
 from .constants import CANARY_SLOT_BYTES, VIOLATION_FIELDS, CanaryLaunchTag
-from .fingerprint import (
+from .real_kv_hash import (
     as_mode,
     check_slots_in_sources,
     check_source_count,
