@@ -91,7 +91,10 @@ def test_reference_source_is_a_snapshot_of_the_tensor_bytes(layout, data):
     after = src.reference_source()
     np.testing.assert_array_equal(after.data[row], row_bytes_of(src.tensor, row), strict=True)
     assert after.data[row, byte] != before.data[row, byte]
-    assert src.backing[layout.offset_bytes + row * layout.row_stride_bytes + byte] == after.data[row, byte]
+    assert (
+        src.backing[layout.offset_bytes + row * layout.row_stride_bytes + byte]
+        == after.data[row, byte]
+    )
 
 
 @FAST
@@ -111,7 +114,9 @@ def test_dense_fill_is_non_zero_and_distinct_per_slot(layout):
 def test_sparse_fill_has_one_byte_per_window(layout):
     """Sparse fills: each ALL window is zero but for one byte at its first/middle/last offset."""
     data = st_kv.layout_bytes(layout)
-    position = {"first": 0, "middle": layout.read_bytes // 2, "last": layout.read_bytes - 1}[layout.fill]
+    position = {"first": 0, "middle": layout.read_bytes // 2, "last": layout.read_bytes - 1}[
+        layout.fill
+    ]
     for slot in range(layout.capacity):
         window = data[st_kv.window_byte_offsets(layout, slot, 2)]
         assert np.flatnonzero(window).tolist() == [position], slot
@@ -184,7 +189,9 @@ def test_materialize_shared_layers_do_not_overlap(layouts, repeat):
     assert len(shared) == len(layouts)
     storages = {m.tensor.untyped_storage().data_ptr() for m in shared}
     assert len(storages) == 1
-    spans = sorted((m.backing.data_ptr(), m.backing.data_ptr() + m.layout.backing_bytes) for m in shared)
+    spans = sorted(
+        (m.backing.data_ptr(), m.backing.data_ptr() + m.layout.backing_bytes) for m in shared
+    )
     for (_, end), (start, _) in zip(spans, spans[1:]):
         assert end <= start
     for layer, m in enumerate(shared):
@@ -230,9 +237,7 @@ def test_layout_draws_cover_every_feature():
 
 
 @FAST
-@given(
-    layout=st_kv.source_layouts(holes=False, row_gaps=False, offsets=False, nd_rows=False)
-)
+@given(layout=st_kv.source_layouts(holes=False, row_gaps=False, offsets=False, nd_rows=False))
 def test_layout_features_can_be_switched_off(layout):
     """With every option off a layout is a plain contiguous ``[rows, page_size * bytes]`` view."""
     assert layout.hole_bytes == 0 and layout.gap_bytes == 0
@@ -276,9 +281,7 @@ def test_slot_indices_draw_repeats_runs_and_shuffles():
     """Fixed-seed draws include repeats, runs across a page boundary and out-of-order slots."""
     lists = collect(st_kv.slot_indices(24, min_size=4, page_size=4), 100)
     assert any(len(set(slots)) < len(slots) for slots in lists)
-    assert any(
-        a % 4 == 3 and b == a + 1 for slots in lists for a, b in zip(slots, slots[1:])
-    )
+    assert any(a % 4 == 3 and b == a + 1 for slots in lists for a, b in zip(slots, slots[1:]))
     assert any(b < a for slots in lists for a, b in zip(slots, slots[1:]))
     assert any(0 in slots for slots in lists) and any(23 in slots for slots in lists)
 

@@ -1,0 +1,470 @@
+"""Valid RealKvSource layouts as plain data, slot sets and modes (SPEC §3, §4).
+
+Nothing here touches torch: a :class:`SourceLayout` is a description, and
+:mod:`strategies.materialize` is the one place that turns it into tensors and numpy rows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import hypothesis.strategies as st
+import numpy as np
+from hypothesis.errors import InvalidArgument
+
+__all__ = [
+    "ELEMENT_SIZES",
+    "FILLS",
+    "PARTIAL_READ_BYTES",
+    "SourceLayout",
+    "modes",
+    "outside_byte_offsets",
+    "slot_indices",
+    "slot_window_starts",
+    "source_layouts",
+    "source_tuples",
+    "window_byte_offsets",
+]
+
+#: Bytes per element of every dtype a layout may name (torch attribute names).
+ELEMENT_SIZES: dict[str, int] = {
+    "uint8": 1,
+    "int8": 1,
+    "float16": 2,
+    "bfloat16": 2,
+    "float32": 4,
+    "int32": 4,
+    "int64": 8,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+}
+
+#: Byte fills a layout may ask for; see :class:`SourceLayout`.
+FILLS: tuple[str, ...] = ("dense", "first", "middle", "last")
+
+#: Bytes of a slot read in PARTIAL mode (SPEC §3).
+PARTIAL_READ_BYTES = 16
+
+# The Triton interpreter folds a few MB/s; these caps keep one source well under 64 KiB.
+_MAX_ROWS = 64
+_MAX_PAGE_SIZE = 64
+_MAX_BYTES_PER_TOKEN = 1024
+_MAX_SOURCES = 6
+_MAX_SLOT_LIST = 256
+
+
+def _align16(n: int) -> int:
+    return -(-n // 16) * 16
+
+
+@dataclass(frozen=True)
+class SourceLayout:
+    """A valid RealKvSource as plain data: the view, the buffer around it and its bytes.
+
+    The backing buffer is ``offset_bytes`` of padding, then ``rows`` rows every
+    ``row_stride_bytes`` (each ``row_bytes`` long, the rest of the stride a gap), then
+    ``tail_bytes``. Slot ``s`` reads row ``s // page_size`` at byte
+    ``(s % page_size) * num_bytes_per_token``; row bytes past ``page_size *
+    num_bytes_per_token`` are holes.
+
+    ``fill`` says what the bytes are (``seed`` drives the random ones):
+
+    - ``"dense"``: every byte of the buffer random and non-zero, and every slot's read window
+      (in PARTIAL and in ALL mode) differs from every other slot's, for certain: the first
+      bytes of each window carry the slot number.
+    - ``"first"`` / ``"middle"`` / ``"last"``: each slot's ALL-mode window (``read_bytes``
+      long) is zero except one random non-zero byte at offset ``0`` /
+      ``read_bytes // 2`` / ``read_bytes - 1``; every byte outside the windows is random
+      and non-zero.
+    """
+
+    dtype: str
+    rows: int
+    row_shape: tuple[int, ...]
+    page_size: int
+    num_bytes_per_token: int
+    read_bytes: int
+    row_stride_bytes: int
+    offset_bytes: int
+    tail_bytes: int
+    fill: str
+    seed: int
+
+    def __post_init__(self) -> None:
+        # A layout is a promise of validity; catch hand-written ones that break it early.
+        problems = _layout_problems(self)
+        if problems:
+            raise ValueError(f"invalid SourceLayout {self!r}: {'; '.join(problems)}")
+
+    @property
+    def element_size(self) -> int:
+        return ELEMENT_SIZES[self.dtype]
+
+    @property
+    def row_bytes(self) -> int:
+        return math.prod(self.row_shape) * self.element_size
+
+    @property
+    def slot_layout_bytes(self) -> int:
+        """Bytes of a row that slots address: ``page_size * num_bytes_per_token``."""
+        return self.page_size * self.num_bytes_per_token
+
+    @property
+    def hole_bytes(self) -> int:
+        return self.row_bytes - self.slot_layout_bytes
+
+    @property
+    def gap_bytes(self) -> int:
+        return self.row_stride_bytes - self.row_bytes
+
+    @property
+    def capacity(self) -> int:
+        return self.rows * self.page_size
+
+    @property
+    def view_bytes(self) -> int:
+        """Bytes from the view's first byte to the end of its last row."""
+        if self.rows == 0:
+            return 0
+        return (self.rows - 1) * self.row_stride_bytes + self.row_bytes
+
+    @property
+    def backing_bytes(self) -> int:
+        return self.offset_bytes + self.view_bytes + self.tail_bytes
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Shape of the tensor view, in elements."""
+        return (self.rows, *self.row_shape)
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Strides of the tensor view, in elements (as ``torch.Tensor.stride()``)."""
+        inner = []
+        step = 1
+        for n in reversed(self.row_shape):
+            inner.append(step)
+            step *= n
+        return (self.row_stride_bytes // self.element_size, *reversed(inner))
+
+
+def _layout_problems(layout: SourceLayout) -> list[str]:
+    problems = []
+    if layout.dtype not in ELEMENT_SIZES:
+        problems.append(f"dtype must be one of {sorted(ELEMENT_SIZES)}")
+        return problems
+    if layout.fill not in FILLS:
+        problems.append(f"fill must be one of {FILLS}")
+    if layout.rows < 0:
+        problems.append("rows must be >= 0")
+    if not layout.row_shape or any(n < 1 for n in layout.row_shape):
+        problems.append("row_shape must be non-empty with every dim >= 1")
+    if layout.page_size < 1:
+        problems.append("page_size must be >= 1")
+    if layout.num_bytes_per_token < 16 or layout.num_bytes_per_token % 16:
+        problems.append("num_bytes_per_token must be a positive multiple of 16")
+    if not 0 < layout.read_bytes <= layout.num_bytes_per_token or layout.read_bytes % 16:
+        problems.append("read_bytes must be a positive multiple of 16 <= num_bytes_per_token")
+    if problems:
+        return problems
+    if layout.row_bytes < layout.slot_layout_bytes:
+        problems.append("row_bytes must be >= page_size * num_bytes_per_token")
+    if layout.row_stride_bytes < layout.row_bytes or layout.row_stride_bytes % 16:
+        problems.append("row_stride_bytes must be a multiple of 16 and >= row_bytes")
+    if layout.offset_bytes < 0 or layout.offset_bytes % 16:
+        problems.append("offset_bytes must be a non-negative multiple of 16")
+    if layout.tail_bytes < 0:
+        problems.append("tail_bytes must be >= 0")
+    return problems
+
+
+def _check_int(name: str, value: object, lo: int, hi: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise InvalidArgument(f"{name}={value!r} must be an int in [{lo}, {hi}]")
+
+
+def _row_shapes(row_elems: int, nd_rows: bool) -> st.SearchStrategy[tuple[int, ...]]:
+    """Ways to shape ``row_elems`` elements as dims 1.. of a tensor; flat rows shrink first."""
+    flat = st.just((row_elems,))
+    if not nd_rows:
+        return flat
+    two_d = []
+    three_d = []
+    # (heads, head_dim), and (tokens, heads, head_dim) when the row splits three ways.
+    for outer in range(2, min(row_elems, 64) + 1):
+        if row_elems % outer:
+            continue
+        rest = row_elems // outer
+        two_d.append((outer, rest))
+        three_d.extend(
+            (outer, inner, rest // inner)
+            for inner in range(2, min(rest, 16) + 1)
+            if rest % inner == 0 and rest // inner > 1
+        )
+    # Grouped so each kind of shape is drawn often, however many factorizations there are.
+    choices = [flat, st.just((1, row_elems))]
+    choices += [st.sampled_from(group) for group in (two_d, three_d) if group]
+    return st.one_of(choices)
+
+
+@st.composite
+def _source_layouts(
+    draw,
+    dtypes,
+    min_rows,
+    max_rows,
+    max_page_size,
+    max_bytes_per_token,
+    holes,
+    row_gaps,
+    offsets,
+    nd_rows,
+    fills,
+    min_capacity,
+):
+    dtype = draw(st.sampled_from(dtypes))
+    element_size = ELEMENT_SIZES[dtype]
+    min_page = 1
+    if min_capacity > max_rows * min_page:
+        min_page = -(-min_capacity // max_rows)
+    page_size = draw(st.integers(min_page, max_page_size))
+    rows = draw(st.integers(max(min_rows, -(-min_capacity // page_size)), max_rows))
+    num_bytes_per_token = 16 * draw(st.integers(1, max_bytes_per_token // 16))
+    read_bytes = 16 * draw(st.integers(1, num_bytes_per_token // 16))
+    slot_layout_bytes = page_size * num_bytes_per_token
+
+    hole_bytes = 0
+    if holes:
+        # Without row gaps the row itself must end on a 16-byte boundary.
+        unit = 16 if not row_gaps else element_size
+        hole_bytes = unit * draw(st.integers(0, max(1, 48 // unit)))
+    row_elems = (slot_layout_bytes + hole_bytes) // element_size
+    row_shape = draw(_row_shapes(row_elems, nd_rows))
+    row_bytes = row_elems * element_size
+
+    row_stride_bytes = _align16(row_bytes)
+    if row_gaps:
+        row_stride_bytes += 16 * draw(st.integers(0, 3))
+    offset_bytes = tail_bytes = 0
+    if offsets:
+        offset_bytes = 16 * draw(st.integers(0, 4))
+        tail_bytes = draw(st.integers(0, 40))
+    fill = draw(st.sampled_from(fills))
+    seed = draw(st.integers(0, 2**32 - 1))
+    return SourceLayout(
+        dtype=dtype,
+        rows=rows,
+        row_shape=row_shape,
+        page_size=page_size,
+        num_bytes_per_token=num_bytes_per_token,
+        read_bytes=read_bytes,
+        row_stride_bytes=row_stride_bytes,
+        offset_bytes=offset_bytes,
+        tail_bytes=tail_bytes,
+        fill=fill,
+        seed=seed,
+    )
+
+
+def source_layouts(
+    *,
+    dtypes=None,
+    min_rows: int = 0,
+    max_rows: int = 6,
+    max_page_size: int = 16,
+    max_bytes_per_token: int = 256,
+    holes: bool = True,
+    row_gaps: bool = True,
+    offsets: bool = True,
+    nd_rows: bool = True,
+    fills=("dense",),
+    min_capacity: int = 0,
+) -> st.SearchStrategy[SourceLayout]:
+    """Valid RealKvSource layouts: every SPEC §3 rule holds for the view they describe.
+
+    ``dtypes`` defaults to every dtype in :data:`ELEMENT_SIZES` that the installed torch
+    has. ``holes`` lets a row be longer than ``page_size * num_bytes_per_token``;
+    ``row_gaps`` lets the row stride exceed the row; ``offsets`` puts bytes before the view
+    and after its last row; ``nd_rows`` draws rows like ``(heads, head_dim)`` as well as
+    flat ones; ``fills`` is drawn from :data:`FILLS`. Every layout has
+    ``capacity >= min_capacity``.
+
+    Example draw::
+
+        SourceLayout(dtype='float16', rows=3, row_shape=(4, 20), page_size=2,
+                     num_bytes_per_token=64, read_bytes=32, row_stride_bytes=192,
+                     offset_bytes=32, tail_bytes=7, fill='dense', seed=1234)
+
+    i.e. a ``float16[3, 4, 20]`` view (row 160 bytes: 128 addressed by 2 slots, a 32-byte
+    hole; a 32-byte gap to the next row) 32 bytes into a 583-byte buffer.
+    """
+    if dtypes is None:
+        from strategies.materialize import available_dtypes
+
+        dtypes = available_dtypes()
+    dtypes = tuple(dtypes)
+    if not dtypes or any(d not in ELEMENT_SIZES for d in dtypes):
+        raise InvalidArgument(
+            f"dtypes={dtypes!r} must be a non-empty subset of {sorted(ELEMENT_SIZES)}"
+        )
+    _check_int("min_rows", min_rows, 0, _MAX_ROWS)
+    _check_int("max_rows", max_rows, min_rows, _MAX_ROWS)
+    _check_int("max_page_size", max_page_size, 1, _MAX_PAGE_SIZE)
+    _check_int("max_bytes_per_token", max_bytes_per_token, 16, _MAX_BYTES_PER_TOKEN)
+    _check_int("min_capacity", min_capacity, 0, max_rows * max_page_size)
+    fills = tuple(fills)
+    if not fills or any(f not in FILLS for f in fills):
+        raise InvalidArgument(f"fills={fills!r} must be a non-empty subset of {FILLS}")
+    for name, flag in (
+        ("holes", holes),
+        ("row_gaps", row_gaps),
+        ("offsets", offsets),
+        ("nd_rows", nd_rows),
+    ):
+        if not isinstance(flag, bool):
+            raise InvalidArgument(f"{name}={flag!r} must be a bool")
+    return _source_layouts(
+        dtypes,
+        min_rows,
+        max_rows,
+        max_page_size,
+        max_bytes_per_token,
+        holes,
+        row_gaps,
+        offsets,
+        nd_rows,
+        fills,
+        min_capacity,
+    )
+
+
+def source_tuples(
+    *, min_sources: int = 0, max_sources: int = 4, min_capacity: int = 1, **layout_kwargs
+) -> st.SearchStrategy[tuple[SourceLayout, ...]]:
+    """Tuples of valid layouts, as passed to ``fingerprint`` or a context's ``real_kv_sources``.
+
+    Every layout has ``capacity >= min_capacity`` so a slot below it is valid in all of them.
+    ``max_sources`` may go up to 6 so that the 4-source cap of SPEC §4 can be exercised;
+    ``layout_kwargs`` go to :func:`source_layouts`.
+
+    Example draw (two sources, each with at least one slot)::
+
+        (SourceLayout(dtype='uint8', rows=1, row_shape=(32,), page_size=2, ...),
+         SourceLayout(dtype='bfloat16', rows=4, row_shape=(8, 16), page_size=1, ...))
+    """
+    _check_int("min_sources", min_sources, 0, _MAX_SOURCES)
+    _check_int("max_sources", max_sources, min_sources, _MAX_SOURCES)
+    if "min_capacity" in layout_kwargs:
+        raise InvalidArgument("pass min_capacity once, as a keyword of source_tuples")
+    layouts = source_layouts(min_capacity=min_capacity, **layout_kwargs)
+    return st.lists(layouts, min_size=min_sources, max_size=max_sources).map(tuple)
+
+
+_SLOT_PIECES = ("any", "run", "repeat", "permutation", "edge")
+
+
+@st.composite
+def _slot_indices(draw, capacity, min_size, max_size, page_size):
+    if capacity == 0:
+        return []
+    size = draw(st.integers(min_size, max_size))
+    slots: list[int] = []
+    while len(slots) < size:
+        piece = draw(st.sampled_from(_SLOT_PIECES))
+        if piece == "any":
+            slots.append(draw(st.integers(0, capacity - 1)))
+        elif piece == "run":
+            length = draw(st.integers(2, 8))
+            if page_size is not None and capacity > page_size:
+                # Start just before a page boundary so the run crosses it.
+                boundary = page_size * draw(st.integers(1, (capacity - 1) // page_size))
+                start = boundary - draw(st.integers(1, min(length - 1, boundary)))
+            else:
+                start = draw(st.integers(0, capacity - 1))
+            slots.extend(range(start, min(start + length, capacity)))
+        elif piece == "repeat":
+            slots.extend([draw(st.integers(0, capacity - 1))] * draw(st.integers(2, 4)))
+        elif piece == "permutation":
+            start = draw(st.integers(0, capacity - 1))
+            block = list(range(start, min(start + 6, capacity)))
+            slots.extend(draw(st.permutations(block)))
+        else:
+            slots.append(draw(st.sampled_from((0, capacity - 1))))
+    return slots[:size]
+
+
+def slot_indices(
+    capacity: int, *, min_size: int = 0, max_size: int = 24, page_size: int | None = None
+) -> st.SearchStrategy[list[int]]:
+    """Lists of slots in ``[0, capacity)``, built from pieces that stress the page mapping.
+
+    Pieces: any slot; a run of consecutive slots (crossing a page boundary when
+    ``page_size`` is given, and often anyway); one slot repeated; a shuffled block; the
+    first or last slot. ``capacity == 0`` gives only ``[]``.
+
+    Example draw from ``slot_indices(12, page_size=4)``::
+
+        [2, 3, 4, 5, 9, 9, 9, 11, 7, 6, 8, 0]
+
+    (a run across the page boundary at 4, a repeat, the last slot, a shuffled block, slot 0).
+    """
+    _check_int("capacity", capacity, 0, 2**40)
+    _check_int("max_size", max_size, 0, _MAX_SLOT_LIST)
+    _check_int("min_size", min_size, 0, max_size)
+    if capacity == 0 and min_size > 0:
+        raise InvalidArgument(f"min_size={min_size} needs capacity > 0")
+    if page_size is not None:
+        _check_int("page_size", page_size, 1, 2**40)
+    return _slot_indices(capacity, min_size, max_size, page_size)
+
+
+def modes() -> st.SearchStrategy[int]:
+    """RealKvHashMode values as plain ints: ``0`` (NONE), ``1`` (PARTIAL), ``2`` (ALL).
+
+    Example draw: ``2``.
+    """
+    return st.sampled_from((0, 1, 2))
+
+
+def _read_length(layout: SourceLayout, mode) -> int:
+    mode = int(mode)
+    if mode not in (0, 1, 2):
+        raise ValueError(f"mode must be 0, 1 or 2 (RealKvHashMode), got {mode}")
+    return (0, PARTIAL_READ_BYTES, layout.read_bytes)[mode]
+
+
+def slot_window_starts(layout: SourceLayout) -> np.ndarray:
+    """Offset inside the backing buffer of the first byte each slot reads, int64 ``[capacity]``."""
+    slots = np.arange(layout.capacity, dtype=np.int64)
+    rows, tokens = np.divmod(slots, layout.page_size)
+    return (
+        layout.offset_bytes + rows * layout.row_stride_bytes + tokens * layout.num_bytes_per_token
+    )
+
+
+def window_byte_offsets(layout: SourceLayout, slot: int, mode) -> np.ndarray:
+    """Offsets inside the backing buffer of the bytes the canary reads for ``slot`` in ``mode``.
+
+    int64, ascending; empty in mode NONE. Example: for a layout with ``offset_bytes=32``,
+    ``row_stride_bytes=192``, ``page_size=2``, ``num_bytes_per_token=64``, slot 3 in PARTIAL
+    mode reads ``[288, 289, ..., 303]``.
+    """
+    length = _read_length(layout, mode)
+    if not 0 <= slot < layout.capacity:
+        raise IndexError(f"slot {slot} is outside [0, {layout.capacity})")
+    row, token = divmod(int(slot), layout.page_size)
+    start = layout.offset_bytes + row * layout.row_stride_bytes + token * layout.num_bytes_per_token
+    return start + np.arange(length, dtype=np.int64)
+
+
+def outside_byte_offsets(layout: SourceLayout) -> np.ndarray:
+    """Offsets inside the backing buffer that no slot reads in any mode, int64 ascending.
+
+    That is the leading offset, row gaps, holes, bytes of a slot past ``read_bytes``, and
+    the tail. ALL-mode windows contain the PARTIAL ones, so only they are excluded.
+    """
+    read = np.zeros(layout.backing_bytes, dtype=bool)
+    starts = slot_window_starts(layout)
+    read[(starts[:, None] + np.arange(layout.read_bytes, dtype=np.int64)).ravel()] = True
+    return np.flatnonzero(~read).astype(np.int64)
