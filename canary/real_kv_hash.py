@@ -124,8 +124,9 @@ def fingerprint(
     (``acc = splitmix64(acc ^ w)``), and the per-source folds are combined in tuple order
     (``h = splitmix64(h ^ fold)``). Mode NONE, or no sources, gives zeros and reads nothing.
     """
-    mode = as_mode(mode)
     sources = tuple(sources)
+    check_source_count(sources)  # SPEC §4: the first launch check, whatever else is wrong
+    mode = as_mode(mode)
     if not isinstance(slot_indices, torch.Tensor):
         raise TypeError(
             f"kv-canary: slot_indices must be a torch.Tensor, got {type(slot_indices).__name__}"

@@ -30,9 +30,9 @@ from .constants import (
     FailReason,
     RealKvHashMode,
 )
-from .fingerprint import as_mode, check_slots_in_sources, check_source_count, check_sources
 from .launch import _check_context, _check_slots_below, _check_tensor
 from .plans import VerifyOrWriteContext, VerifyPlan, WritePlan
+from .real_kv_hash import as_mode, check_slots_in_sources, check_source_count, check_sources
 from .source import RealKvSource
 
 __all__ = [

@@ -1,0 +1,421 @@
+"""Write and verify (SPEC §5-§7) against the reference: buffers, rings, indices, counters."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import hypothesis
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+import reference
+import strategies as st_kv
+from conformance import profiles
+from conformance.assertions import fail
+from conformance.profiles import examples
+from strategies import chains as st_chains
+from strategies import launches as st_launch
+
+pytestmark = pytest.mark.write_verify
+
+
+def world_kwargs() -> dict:
+    sizes = profiles.layout_sizes()
+    return dict(max_rows=sizes["max_rows"], max_page_size=sizes["max_page_size"])
+
+
+@dataclasses.dataclass
+class Snapshot:
+    """The observable state of a world: what the contract says a launch may change."""
+
+    canary_buf: np.ndarray
+    ring: np.ndarray
+    write_index: int
+    slot_run_counter: int
+    kernel_run_counter: int
+
+    @classmethod
+    def of_world(cls, world: st_launch.MaterializedWorld) -> Snapshot:
+        return cls(
+            canary_buf=world.canary_buf.cpu().numpy().copy(),
+            ring=world.violation_ring.cpu().numpy().copy(),
+            write_index=int(world.violation_write_index.item()),
+            slot_run_counter=int(world.slot_run_counter.item()),
+            kernel_run_counter=int(world.kernel_run_counter.item()),
+        )
+
+    @classmethod
+    def of_state(cls, state: reference.CanaryState) -> Snapshot:
+        return cls(
+            canary_buf=state.canary_buf.copy(),
+            ring=state.violation_ring.copy(),
+            write_index=int(state.violation_write_index[0]),
+            slot_run_counter=int(state.slot_run_counter[0]),
+            kernel_run_counter=int(state.kernel_run_counter[0]),
+        )
+
+    def new_rows(self, since: int) -> np.ndarray:
+        """Rows stored since write index ``since``, sorted (order in a launch is unspecified)."""
+        stored = self.ring[min(since, len(self.ring)) : min(self.write_index, len(self.ring))]
+        return stored[np.lexsort(stored.T[::-1])] if len(stored) else stored
+
+
+def assert_same_state(got: Snapshot, want: Snapshot, *, index_before: int, what: str, config: str):
+    """Two states agree: buffer bytes, ring rows (as a multiset within the launch), index, counters."""
+    __tracebackhide__ = True
+    problems = []
+    if not np.array_equal(got.canary_buf, want.canary_buf):
+        slots = np.flatnonzero((got.canary_buf != want.canary_buf).any(axis=1))
+        fields_got = np.ascontiguousarray(got.canary_buf[slots[0], :32]).view("<i8")
+        fields_want = np.ascontiguousarray(want.canary_buf[slots[0], :32]).view("<i8")
+        problems.append(
+            f"canary_buf differs in slots {slots.tolist()}; slot {slots[0]} holds "
+            f"{fields_got.tolist()}, the reference {fields_want.tolist()}"
+        )
+    for name in ("write_index", "slot_run_counter", "kernel_run_counter"):
+        if getattr(got, name) != getattr(want, name):
+            problems.append(
+                f"{name} = {getattr(got, name)}, the reference gives {getattr(want, name)}"
+            )
+    cap = len(want.ring)
+    start, end = min(index_before, cap), min(want.write_index, cap)
+    untouched = np.r_[0:start, end:cap]
+    if not np.array_equal(got.ring[untouched], want.ring[untouched]):
+        problems.append("ring rows outside this launch's range changed (a wrapping or stray store)")
+    got_rows, want_rows = got.new_rows(index_before), want.new_rows(index_before)
+    if got_rows.shape != want_rows.shape or not np.array_equal(got_rows, want_rows):
+        problems.append(
+            f"new ring rows (as a multiset) differ:\n  got  {got_rows.tolist()}\n  want {want_rows.tolist()}"
+        )
+    if problems:
+        fail(f"{what}: " + "\n".join(problems), config=config)
+
+
+def run_write(impl, world, batch, device, state=None):
+    """Write ``batch`` with the implementation and (if given) the reference state."""
+    impl.launch_canary_write_kernel(
+        context=world.context(impl), **st_launch.write_launch(impl, batch, device)
+    )
+    if state is not None:
+        reference.write(state, **st_launch.reference_write_launch(batch))
+
+
+def run_verify(impl, world, batch, device, state=None):
+    impl.launch_canary_verify_kernel(
+        context=world.context(impl), **st_launch.verify_launch(impl, batch, device)
+    )
+    if state is not None:
+        reference.verify(state, **st_launch.reference_verify_launch(batch))
+
+
+def draw_written_world(data, device, impl, *, batches=2, avoid_zero=False, **world_overrides):
+    """A world with up to ``batches`` write launches done; returns (world, chains, state)."""
+    world = data.draw(st_chains.canary_worlds(**world_kwargs()), label="world")
+    if world_overrides:
+        world = dataclasses.replace(world, **world_overrides)
+    made = st_launch.materialize_world(world, device)
+    state = made.reference_state()
+    chains: tuple = ()
+    for step in range(batches):
+        written = {slot for chain in chains for slot in chain.slots}
+        tails = tuple((chain.slots[-1], chain.positions[-1]) for chain in chains)
+        batch = data.draw(
+            st_chains.write_batches(
+                world,
+                seeds=tails,
+                avoid=frozenset(written | ({0} if avoid_zero else set())),
+            ),
+            label=f"write batch {step}",
+        )
+        index_before = int(made.violation_write_index.item())
+        run_write(impl, made, batch, device, state)
+        assert_same_state(
+            Snapshot.of_world(made),
+            Snapshot.of_state(state),
+            index_before=index_before,
+            what=f"after write batch {step}",
+            config=repr(world),
+        )
+        chains = chains + st_chains.chains_written(batch)
+    return made, chains, state
+
+
+@examples(0.5)
+@given(data=st.data())
+def test_write_equals_reference(impl, device, data):
+    """Two write launches leave the buffer, ring rows, write index and counters the reference leaves."""
+    draw_written_world(data, device, impl, batches=2)
+
+
+@examples(0.5)
+@given(data=st.data())
+def test_verify_equals_reference(impl, device, data):
+    """A verify launch of a varied plan over written chains reports exactly what the reference reports."""
+    made, chains, state = draw_written_world(data, device, impl, batches=2)
+    if data.draw(st.booleans(), label="corrupt first") and any(c.slots for c in chains):
+        corruption = data.draw(st_chains.corruptions(made.world, chains), label="corruption")
+        st_launch.apply_corruption(made, corruption)
+        state = made.reference_state()
+    batch = data.draw(st_chains.verify_batches(chains), label="verify plan")
+    index_before = int(made.violation_write_index.item())
+    run_verify(impl, made, batch, device, state)
+    assert_same_state(
+        Snapshot.of_world(made),
+        Snapshot.of_state(state),
+        index_before=index_before,
+        what="after verify",
+        config=f"{made.world!r}\n{batch!r}",
+    )
+
+
+@examples(0.5)
+@given(data=st.data())
+def test_write_then_verify_is_clean(impl, device, data):
+    """Verifying every written entry against its own chain right after the writes reports nothing."""
+    made, chains, _ = draw_written_world(data, device, impl, avoid_zero=True)
+    batch = data.draw(st_chains.verify_batches(chains, exact=True), label="verify plan")
+    before = Snapshot.of_world(made)
+    run_verify(impl, made, batch, device)
+    after = Snapshot.of_world(made)
+    rows = after.new_rows(before.write_index)
+    if after.write_index != before.write_index:
+        fail(
+            f"a clean verify of {batch.capacity} entries reported "
+            f"{after.write_index - before.write_index} violations: {rows.tolist()}",
+            config=f"{made.world!r}\n{chains!r}",
+        )
+    assert after.kernel_run_counter == before.kernel_run_counter + 1
+    assert after.slot_run_counter == before.slot_run_counter + batch.capacity
+    assert np.array_equal(after.canary_buf, before.canary_buf), "verify wrote the canary buffer"
+
+
+def reports_of(snapshot: Snapshot, since: int) -> dict[int, int]:
+    reports: dict[int, int] = {}
+    for row in snapshot.new_rows(since):
+        slot, bits = int(row[1]), int(row[7])
+        if slot in reports:
+            fail(
+                f"slot {slot} was reported twice in one verify: {snapshot.new_rows(since).tolist()}"
+            )
+        reports[slot] = bits
+    return reports
+
+
+def bit_names(reports: dict[int, int]) -> str:
+    names = {1: "CHAIN", 2: "POSITION", 4: "REAL_KV", 8: "W_TOKEN", 16: "W_POSITION", 32: "TOKEN"}
+    return (
+        "{"
+        + ", ".join(
+            f"{slot}: " + "|".join(n for b, n in names.items() if bits & b)
+            for slot, bits in sorted(reports.items())
+        )
+        + "}"
+    )
+
+
+@examples(1.0)
+@given(data=st.data())
+def test_each_corruption_is_reported_exactly(impl, device, data):
+    """A flipped canary bit, a changed KV byte, a page swap or a stale record is reported with exactly the right bits on exactly the right slots, and nothing else is."""
+    made, chains, _ = draw_written_world(
+        data, device, impl, avoid_zero=True, ring_capacity=64, ring_start=0
+    )
+    if not any(chain.slots for chain in chains):
+        return
+    corruption = data.draw(st_chains.corruptions(made.world, chains), label="corruption")
+    records = made.records()
+    page_size = made.world.sources[corruption.source].page_size if made.world.sources else 1
+    check_token = data.draw(st.booleans(), label="check_token")
+    expected = st_chains.expected_reports(
+        chains,
+        corruption,
+        check_token=check_token,
+        page_size=page_size,
+        stored=lambda slot: tuple(int(v) for v in records[slot]),
+    )
+    st_launch.apply_corruption(made, corruption)
+    state = made.reference_state()
+    batch = dataclasses.replace(
+        data.draw(st_chains.verify_batches(chains, exact=True), label="verify plan"),
+        check_token=check_token,
+    )
+    index_before = int(made.violation_write_index.item())
+    run_verify(impl, made, batch, device, state)
+    got = reports_of(Snapshot.of_world(made), index_before)
+    if got != expected:
+        fail(
+            f"after {corruption.describe()}, verify reported {bit_names(got)}, "
+            f"but SPEC §7 requires {bit_names(expected)}",
+            config=f"{made.world!r}\nchains={chains!r}",
+        )
+    assert_same_state(
+        Snapshot.of_world(made),
+        Snapshot.of_state(state),
+        index_before=index_before,
+        what="after verify of a corrupted world",
+        config=corruption.describe(),
+    )
+
+
+@examples(0.5)
+@given(data=st.data())
+def test_bytes_outside_read_windows_never_report(impl, device, data):
+    """Changing every KV byte no slot reads (holes, gaps, past read_bytes, around the views) causes no report."""
+    made, chains, _ = draw_written_world(data, device, impl, avoid_zero=True, mode=2)
+    for layout, source in zip(made.world.sources, made.sources, strict=True):
+        outside = st_kv.outside_byte_offsets(layout)
+        if outside.size:
+            index = st_launch.torch.from_numpy(outside).to(source.backing.device)
+            source.backing[index] = source.backing[index] ^ 0xA5
+    batch = data.draw(st_chains.verify_batches(chains, exact=True), label="verify plan")
+    before = int(made.violation_write_index.item())
+    run_verify(impl, made, batch, device)
+    after = Snapshot.of_world(made)
+    if after.write_index != before:
+        fail(
+            f"changing bytes outside every read window caused reports {after.new_rows(before).tolist()}",
+            config=repr(made.world),
+        )
+
+
+@examples(0.5)
+@given(data=st.data())
+def test_ring_is_fill_once_and_counts_past_capacity(impl, device, data):
+    """Each violation takes the next index; rows below the capacity are stored once, none is overwritten, and the index keeps counting."""
+    made, chains, _ = draw_written_world(data, device, impl, avoid_zero=True, batches=1)
+    entries = st_chains.plan_for_chains(chains)
+    if not entries:
+        return
+    before = Snapshot.of_world(made)
+    # every entry now fails its position check: one report per entry
+    wrong = dataclasses.replace(
+        data.draw(st_chains.verify_batches(chains, exact=True), label="verify plan"),
+    )
+    wrong = dataclasses.replace(
+        wrong, expected_positions=tuple(p ^ 1 for p in wrong.expected_positions)
+    )
+    run_verify(impl, made, wrong, device)
+    after = Snapshot.of_world(made)
+    cap, start, n = len(before.ring), before.write_index, len(entries)
+    if after.write_index != start + n:
+        fail(
+            f"{n} violations moved the write index from {start} to {after.write_index}, "
+            f"expected {start + n} (the index counts every violation, stored or not)",
+            config=f"ring capacity {cap}",
+        )
+    kept = np.r_[0 : min(start, cap), min(start + n, cap) : cap]
+    if not np.array_equal(after.ring[kept], before.ring[kept]):
+        fail(
+            "ring rows outside [index before, index after) changed: the ring wrapped or overwrote",
+            config=f"ring capacity {cap}, index {start} -> {after.write_index}",
+        )
+    stored = after.ring[min(start, cap) : min(start + n, cap)]
+    if len(stored) and not (stored[:, 7] == 2).all():
+        fail(f"stored rows are not the {n} position reports: {stored.tolist()}")
+
+
+@examples(0.5)
+@given(data=st.data())
+def test_disabled_verify_only_counts_the_launch(impl, device, data):
+    """A verify plan with enable == 0 changes nothing but kernel_run_counter, even with entries no buffer has."""
+    made, chains, _ = draw_written_world(data, device, impl, batches=1)
+    num_slots = made.world.num_slots
+    garbage = st.integers(num_slots, num_slots + 2**40) | st.integers(-(2**40), -1)
+    cap = data.draw(st.integers(1, 6), label="capacity")
+    batch = st_chains.VerifyBatch(
+        slots=tuple(data.draw(st.lists(garbage, min_size=cap, max_size=cap), label="slots")),
+        expected_tokens=(5,) * cap,
+        expected_positions=(7,) * cap,
+        prev_slots=tuple(data.draw(st.lists(garbage, min_size=cap, max_size=cap), label="prev")),
+        num_valid=data.draw(st.integers(-2, cap + 2), label="num_valid"),
+        enable=0,
+        check_token=data.draw(st.booleans(), label="check_token"),
+    )
+    before = Snapshot.of_world(made)
+    run_verify(impl, made, batch, device)
+    after = Snapshot.of_world(made)
+    assert after.kernel_run_counter == before.kernel_run_counter + 1
+    for name in ("write_index", "slot_run_counter"):
+        assert getattr(after, name) == getattr(before, name), f"{name} changed on a disabled plan"
+    assert np.array_equal(after.ring, before.ring)
+    assert np.array_equal(after.canary_buf, before.canary_buf)
+
+
+class CanaryMachine(RuleBasedStateMachine):
+    """Writes, corruptions and verifies in any order, with the reference as the model."""
+
+    def __init__(self, impl, device):
+        super().__init__()
+        self.impl, self.device = impl, device
+
+    @initialize(world=st_chains.canary_worlds(max_slots=24, max_ring=8))
+    def make_world(self, world):
+        self.world = st_launch.materialize_world(world, self.device)
+        self.model = self.world.reference_state()
+        self.chains: tuple = ()
+        self.step = "the first launch"
+
+    @rule(data=st.data())
+    def write(self, data):
+        written = {slot for chain in self.chains for slot in chain.slots}
+        tails = tuple((chain.slots[-1], chain.positions[-1]) for chain in self.chains)
+        batch = data.draw(
+            st_chains.write_batches(self.world.world, seeds=tails, avoid=frozenset(written | {0})),
+            label="write",
+        )
+        self.index_before = int(self.world.violation_write_index.item())
+        run_write(self.impl, self.world, batch, self.device, self.model)
+        self.chains += st_chains.chains_written(batch)
+        self.step = f"write {batch!r}"
+
+    @precondition(lambda self: any(chain.slots for chain in self.chains))
+    @rule(data=st.data())
+    def corrupt(self, data):
+        corruption = data.draw(
+            st_chains.corruptions(self.world.world, self.chains), label="corrupt"
+        )
+        st_launch.apply_corruption(self.world, corruption)
+        # the model sees the same damage: its buffer and sources are taken from the world again
+        fresh = self.world.reference_state()
+        self.model.canary_buf = fresh.canary_buf
+        self.model.real_kv_sources = fresh.real_kv_sources
+        self.index_before = int(self.world.violation_write_index.item())
+        self.step = corruption.describe()
+
+    @rule(data=st.data())
+    def verify(self, data):
+        batch = data.draw(st_chains.verify_batches(self.chains), label="verify")
+        self.index_before = int(self.world.violation_write_index.item())
+        run_verify(self.impl, self.world, batch, self.device, self.model)
+        self.step = f"verify {batch!r}"
+
+    @invariant()
+    def agrees_with_the_model(self):
+        if not hasattr(self, "world"):
+            return
+        assert_same_state(
+            Snapshot.of_world(self.world),
+            Snapshot.of_state(self.model),
+            index_before=getattr(self, "index_before", 0),
+            what=f"after {self.step}",
+            config=repr(self.world.world),
+        )
+
+
+def test_state_machine_of_writes_corruptions_and_verifies(impl, device):
+    """Any sequence of writes, corruptions and verifies keeps the implementation's state equal to the reference model's."""
+    settings = examples(0.3)
+    run_state_machine_as_test(
+        lambda: CanaryMachine(impl, device),
+        settings=hypothesis.settings(settings, stateful_step_count=8),
+    )

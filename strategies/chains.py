@@ -1,0 +1,575 @@
+"""Write and verify launches as plain data: worlds, write batches, verify plans, ring states
+and corruptions (SPEC §5-§7).
+
+A :class:`CanaryWorld` is everything a launch sees besides its plan: the KV sources and
+mode, the canary buffer, the violation ring and the counters. A :class:`WriteBatch` is one
+write launch; :func:`chains_written` says which chains it leaves behind, and
+:func:`verify_batches` draws verify plans over those chains. :func:`corruptions` draws one
+thing going wrong between the write and the verify, with the report it must cause
+(:func:`expected_reports`). :mod:`strategies.materialize` turns all of these into tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import hypothesis.strategies as st
+import numpy as np
+from hypothesis.errors import InvalidArgument
+
+from strategies.layouts import SourceLayout, slot_window_starts, source_tuples
+
+__all__ = [
+    "CHAIN",
+    "POSITION",
+    "REAL_KV",
+    "TOKEN",
+    "WRITE_POSITION",
+    "WRITE_TOKEN",
+    "CanaryWorld",
+    "Chain",
+    "Corruption",
+    "VerifyBatch",
+    "WriteBatch",
+    "WriteRequest",
+    "canary_worlds",
+    "chains_written",
+    "corruptions",
+    "expected_reports",
+    "plan_for_chains",
+    "ring_starts",
+    "verify_batches",
+    "write_batches",
+]
+
+# FailReason bits (SPEC §1), as plain ints so that descriptions stay torch- and enum-free.
+CHAIN, POSITION, REAL_KV, WRITE_TOKEN, WRITE_POSITION, TOKEN = 1, 2, 4, 8, 16, 32
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+_FIELD_NAMES = ("token", "position", "prev_hash", "real_kv_hash")
+
+
+@dataclass(frozen=True)
+class CanaryWorld:
+    """What a write or verify launch sees besides its plan.
+
+    ``num_slots`` canary slots of ``slot_stride_bytes`` each (bytes past 32 of a slot are
+    never touched); every source addresses at least ``num_slots`` slots. The ring holds
+    ``ring_capacity`` rows and its write index starts at ``ring_start`` (which may already
+    be at or past the capacity). The buffer, the ring and the counters start with random
+    non-zero contents drawn from ``seed``, so stray writes show.
+
+    Example draw::
+
+        CanaryWorld(sources=(SourceLayout(dtype='bfloat16', rows=3, ...),), mode=2,
+                    num_slots=12, slot_stride_bytes=40, ring_capacity=4, ring_start=3,
+                    kernel_kind=7, chain_assert=1, seed=99)
+    """
+
+    sources: tuple[SourceLayout, ...]
+    mode: int
+    num_slots: int
+    slot_stride_bytes: int
+    ring_capacity: int
+    ring_start: int
+    kernel_kind: int
+    chain_assert: int
+    seed: int
+
+    @property
+    def reads_kv(self) -> bool:
+        """Whether launches fingerprint real KV bytes (a mode other than NONE, and sources)."""
+        return self.mode != 0 and bool(self.sources)
+
+
+def ring_starts(ring_capacity: int) -> st.SearchStrategy[int]:
+    """Initial write indices: empty, partly full, one short, exactly full, already past.
+
+    Example draw from ``ring_starts(4)``: ``4`` (exactly full: every new row is counted, none stored).
+    """
+    return st.sampled_from(
+        sorted({0, ring_capacity // 2, max(ring_capacity - 1, 0), ring_capacity, ring_capacity + 3})
+    )
+
+
+@st.composite
+def canary_worlds(
+    draw,
+    *,
+    min_slots: int = 4,
+    max_slots: int = 16,
+    max_sources: int = 2,
+    max_ring: int = 6,
+    modes=(0, 1, 2),
+    **layout_kwargs,
+) -> CanaryWorld:
+    """Worlds for write/verify launches; ``layout_kwargs`` go to :func:`source_tuples`."""
+    if not 2 <= min_slots <= max_slots:
+        raise InvalidArgument(f"need 2 <= min_slots={min_slots} <= max_slots={max_slots}")
+    num_slots = draw(st.integers(min_slots, max_slots), label="num_slots")
+    layout_kwargs.setdefault("max_rows", 8)
+    layout_kwargs.setdefault("max_page_size", 8)
+    sources = draw(
+        source_tuples(
+            min_sources=0, max_sources=max_sources, min_capacity=num_slots, **layout_kwargs
+        ),
+        label="sources",
+    )
+    ring_capacity = draw(st.integers(0, max_ring), label="ring_capacity")
+    return CanaryWorld(
+        sources=sources,
+        mode=draw(st.sampled_from(modes), label="mode"),
+        num_slots=num_slots,
+        slot_stride_bytes=draw(st.sampled_from([32, 40, 64]), label="slot_stride_bytes"),
+        ring_capacity=ring_capacity,
+        ring_start=draw(ring_starts(ring_capacity), label="ring_start"),
+        kernel_kind=draw(st.integers(0, 11), label="kernel_kind"),
+        chain_assert=draw(st.sampled_from([0, 1, 7]), label="chain_assert"),
+        seed=draw(st.integers(0, 2**32 - 1), label="seed"),
+    )
+
+
+@dataclass(frozen=True)
+class WriteRequest:
+    """One request of a write plan: its seed and its entries (``slot < 0`` = skipped entry)."""
+
+    seed: int
+    slots: tuple[int, ...]
+    tokens: tuple[int, ...]
+    positions: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class WriteBatch:
+    """One write launch.
+
+    ``requests`` fill the plan's ``capacity``; ``num_valid`` is the raw
+    ``write_num_valid_reqs`` (clamped to ``[0, capacity]`` by the launch). The token arrays
+    are the requests' entries in order, then ``padding`` entries that no request covers.
+    With ``input_assert``, ``expected_tokens``/``expected_positions`` run along the token
+    arrays; otherwise they are empty and the launch gets ``None``.
+
+    Every slot of every request and of the padding is distinct and none is a seed, so any
+    order of writes gives one result.
+    """
+
+    requests: tuple[WriteRequest, ...]
+    num_valid: int
+    padding: tuple[tuple[int, int, int], ...]  # (slot, token, position) after the last request
+    input_assert: bool
+    expected_tokens: tuple[int, ...]
+    expected_positions: tuple[int, ...]
+
+    @property
+    def capacity(self) -> int:
+        return len(self.requests)
+
+    @property
+    def active(self) -> int:
+        return min(max(self.num_valid, 0), self.capacity)
+
+    def token_arrays(self) -> tuple[list[int], list[int], list[int]]:
+        """``input_ids``, ``positions`` and ``out_cache_loc`` as lists."""
+        ids, positions, slots = [], [], []
+        for request in self.requests:
+            ids += request.tokens
+            positions += request.positions
+            slots += request.slots
+        for slot, token, position in self.padding:
+            ids.append(token)
+            positions.append(position)
+            slots.append(slot)
+        return ids, positions, slots
+
+    def offsets(self) -> list[int]:
+        """``write_offsets``: exclusive prefix sums of the request lengths."""
+        offsets = [0]
+        for request in self.requests:
+            offsets.append(offsets[-1] + len(request.slots))
+        return offsets
+
+
+@dataclass(frozen=True)
+class Chain:
+    """A written sequence: the slot it continues (``seed``, -1 for the anchor) and its entries."""
+
+    seed: int
+    slots: tuple[int, ...]
+    tokens: tuple[int, ...]
+    positions: tuple[int, ...]
+
+
+def chains_written(batch: WriteBatch) -> tuple[Chain, ...]:
+    """The chains an active write batch leaves in the canary buffer (skipped entries dropped)."""
+    chains = []
+    for request in batch.requests[: batch.active]:
+        kept = [i for i, slot in enumerate(request.slots) if slot >= 0]
+        if not kept:
+            continue
+        chains.append(
+            Chain(
+                seed=request.seed,
+                slots=tuple(request.slots[i] for i in kept),
+                tokens=tuple(request.tokens[i] for i in kept),
+                positions=tuple(request.positions[i] for i in kept),
+            )
+        )
+    return tuple(chains)
+
+
+_tokens = st.one_of(
+    st.integers(1, 200_000), st.integers(INT64_MIN, INT64_MAX), st.sampled_from([0, -1])
+)
+
+
+@st.composite
+def _positions(draw, length: int, start: int) -> list[int]:
+    """Mostly consecutive positions from ``start``, with occasional jumps and int64 wrap-around."""
+    positions = []
+    position = start
+    for _ in range(length):
+        positions.append(position)
+        step = draw(st.sampled_from([1, 1, 1, 1, 0, 2, -5]), label="position step")
+        position = (position + step + 2**63) % 2**64 - 2**63
+    return positions
+
+
+@st.composite
+def write_batches(
+    draw,
+    world: CanaryWorld,
+    *,
+    seeds: tuple[tuple[int, int], ...] = (),
+    avoid: frozenset[int] = frozenset(),
+    max_requests: int = 3,
+    max_entries: int = 5,
+) -> WriteBatch:
+    """Write launches on ``world``.
+
+    ``seeds`` offers ``(slot, stored position)`` pairs of written chain tails that a request
+    may continue; otherwise a request starts at the anchor (seed -1). ``avoid`` lists slots
+    that must not be written (records the caller still needs). Requests may hold skipped
+    (-1) entries and be empty; ``num_valid`` runs from -2 to capacity + 2; a padding tail of
+    unwritten entries may follow the last request; positions are mostly consecutive, starting
+    after the seed's, with jumps and values at the edge of int64.
+
+    Example draw (capacity 2, one valid request)::
+
+        WriteBatch(requests=(WriteRequest(seed=-1, slots=(3, -1, 0), tokens=(11, 12, 13),
+                                          positions=(0, 1, 2)),
+                             WriteRequest(seed=5, slots=(7,), tokens=(9,), positions=(41,))),
+                   num_valid=1, padding=((2, 77, 8),), input_assert=False, ...)
+    """
+    seed_slots = {slot for slot, _ in seeds}
+    free = [s for s in range(world.num_slots) if s not in seed_slots and s not in avoid]
+    order = draw(st.permutations(free), label="slot order")
+    capacity = draw(st.integers(1, max_requests), label="capacity")
+    cursor = 0
+    requests = []
+    for _ in range(capacity):
+        if seeds and draw(st.booleans(), label="continue a chain"):
+            seed, stored_position = draw(st.sampled_from(seeds), label="seed")
+            start = (stored_position + 1 + 2**63) % 2**64 - 2**63
+        else:
+            seed = -1
+            start = draw(
+                st.one_of(st.integers(0, 4000), st.just(INT64_MAX - 1)), label="first position"
+            )
+        length = draw(st.integers(0, max_entries), label="entries")
+        slots = []
+        for _ in range(length):
+            if cursor < len(order) and not draw(
+                st.integers(0, 5).map(lambda n: n == 0), label="skip entry"
+            ):
+                slots.append(order[cursor])
+                cursor += 1
+            else:
+                slots.append(-1)
+        tokens = draw(st.lists(_tokens, min_size=length, max_size=length), label="tokens")
+        positions = draw(_positions(length, start), label="positions")
+        requests.append(WriteRequest(seed, tuple(slots), tuple(tokens), tuple(positions)))
+    num_valid = draw(st.integers(-2, capacity + 2), label="num_valid")
+    padding = []
+    for _ in range(draw(st.integers(0, 2), label="padding entries")):
+        slot = order[cursor] if cursor < len(order) else -1
+        cursor += 1
+        padding.append((slot, draw(_tokens, label="padding token"), 0))
+    input_assert = draw(st.booleans(), label="input_assert")
+    expected_tokens: list[int] = []
+    expected_positions: list[int] = []
+    if input_assert:
+        batch = WriteBatch(tuple(requests), num_valid, tuple(padding), False, (), ())
+        ids, positions, _ = batch.token_arrays()
+        for token, position in zip(ids, positions, strict=True):
+            wrong = draw(
+                st.sampled_from(["", "", "", "token", "position", "both"]), label="mismatch"
+            )
+            expected_tokens.append(token ^ 1 if wrong in ("token", "both") else token)
+            expected_positions.append(position ^ 2 if wrong in ("position", "both") else position)
+    return WriteBatch(
+        tuple(requests),
+        num_valid,
+        tuple(padding),
+        input_assert,
+        tuple(expected_tokens),
+        tuple(expected_positions),
+    )
+
+
+@dataclass(frozen=True)
+class VerifyBatch:
+    """One verify launch: per-entry arrays of the plan's capacity, and its scalar switches.
+
+    ``enable`` 0 disables the launch (any other value runs it); ``num_valid`` is raw
+    (clamped by the launch); entries past the valid ones are padding.
+    """
+
+    slots: tuple[int, ...]
+    expected_tokens: tuple[int, ...]
+    expected_positions: tuple[int, ...]
+    prev_slots: tuple[int, ...]
+    num_valid: int
+    enable: int
+    check_token: bool
+
+    @property
+    def capacity(self) -> int:
+        return len(self.slots)
+
+    @property
+    def active(self) -> int:
+        if self.enable == 0:
+            return 0
+        return min(max(self.num_valid, 0), self.capacity)
+
+
+def plan_for_chains(chains: tuple[Chain, ...]) -> list[tuple[int, int, int, int]]:
+    """``(slot, expected token, expected position, prev slot)`` for every entry of ``chains``.
+
+    A chain's first entry links to its seed (or -1, the anchor); every later one to the entry
+    before it. Such a plan verifies clean right after the chains are written.
+    """
+    entries = []
+    for chain in chains:
+        prev = chain.seed
+        for slot, token, position in zip(chain.slots, chain.tokens, chain.positions, strict=True):
+            entries.append((slot, token, position, prev))
+            prev = slot
+    return entries
+
+
+@st.composite
+def verify_batches(
+    draw, chains: tuple[Chain, ...], *, exact: bool = False, max_padding: int = 3
+) -> VerifyBatch:
+    """Verify plans over written ``chains``.
+
+    With ``exact``, the plan is :func:`plan_for_chains` as it is, all valid and enabled,
+    with the token check on. Otherwise entries are shuffled and varied: prev slot 0
+    (unchecked), -1 or -2 (anchor), expected token -1 (unchecked) or a wrong one, a wrong
+    position, padding entries (slot 0), ``num_valid`` from -2 to capacity + 2, ``enable``
+    0, 1 or 2, and the token check on or off.
+
+    Example draw::
+
+        VerifyBatch(slots=(4, 0, 6), expected_tokens=(12, -1, -1), expected_positions=(1, 0, 2),
+                    prev_slots=(3, 0, -2), num_valid=5, enable=2, check_token=True)
+    """
+    entries = plan_for_chains(chains)
+    if exact:
+        entries = entries or [(0, -1, 0, 0)]  # a plan has at least one entry: padding
+        n = len(entries)
+        columns = list(zip(*entries, strict=True)) if entries else [(), (), (), ()]
+        return VerifyBatch(*map(tuple, columns), num_valid=n, enable=1, check_token=True)
+    entries = list(draw(st.permutations(entries), label="entry order"))
+    varied = []
+    for slot, token, position, prev in entries:
+        change = draw(
+            st.sampled_from(["", "", "", "prev 0", "prev -2", "token -1", "token", "position"]),
+            label="entry change",
+        )
+        if change == "prev 0":
+            prev = 0
+        elif change == "prev -2":
+            prev = -2
+        elif change == "token -1":
+            token = -1
+        elif change == "token":
+            token = token ^ 4
+        elif change == "position":
+            position = position ^ 8
+        varied.append((slot, token, position, prev))
+    for _ in range(draw(st.integers(0, max_padding), label="padding entries")):
+        varied.insert(draw(st.integers(0, len(varied)), label="padding at"), (0, -1, 0, 0))
+    if not varied:
+        varied = [(0, -1, 0, 0)]
+    columns = [tuple(column) for column in zip(*varied, strict=True)]
+    return VerifyBatch(
+        *columns,
+        num_valid=draw(st.integers(-2, len(varied) + 2), label="num_valid"),
+        enable=draw(st.sampled_from([1, 1, 2, 0]), label="enable"),
+        check_token=draw(st.booleans(), label="check_token"),
+    )
+
+
+@dataclass(frozen=True)
+class Corruption:
+    """One thing going wrong between a write and a verify.
+
+    ``kind``:
+
+    - ``"field"``: bit ``bit`` of canary field ``field`` (0 token, 1 position, 2 prev hash,
+      3 real-KV hash) of ``slot`` flips;
+    - ``"kv_inside"``: byte ``offset`` of source ``source``'s backing buffer, which ``slot``
+      reads, is xored with ``value``;
+    - ``"kv_outside"``: the same for a byte no slot reads (must cause no report);
+    - ``"page_swap"``: rows ``slot`` and ``other`` of source ``source`` swap their bytes (a
+      page table pointing at the wrong page);
+    - ``"stale"``: ``slot``'s record is overwritten by the record of ``other``, a slot of
+      another chain (a freed slot reused without a new write).
+    """
+
+    kind: str
+    slot: int = 0
+    other: int = 0
+    field: int = 0
+    bit: int = 0
+    source: int = 0
+    offset: int = 0
+    value: int = 0
+
+    def describe(self) -> str:
+        if self.kind == "field":
+            return f"bit {self.bit} of {_FIELD_NAMES[self.field]} of slot {self.slot} flipped"
+        if self.kind in ("kv_inside", "kv_outside"):
+            where = (
+                "read by slot " + str(self.slot) if self.kind == "kv_inside" else "read by no slot"
+            )
+            return f"byte {self.offset} of source {self.source} ({where}) ^= {self.value:#x}"
+        if self.kind == "page_swap":
+            return f"rows {self.slot} and {self.other} of source {self.source} swapped"
+        return f"slot {self.slot} holds the stale record of slot {self.other}"
+
+
+@st.composite
+def corruptions(draw, world: CanaryWorld, chains: tuple[Chain, ...]) -> Corruption:
+    """One corruption of written ``chains`` in ``world`` (which needs at least one written slot).
+
+    KV corruptions are drawn only when the world reads KV bytes; a stale record needs two
+    chains. Example draw: ``Corruption(kind='field', slot=5, field=1, bit=63)``.
+    """
+    written = [slot for chain in chains for slot in chain.slots]
+    if not written:
+        raise InvalidArgument("corruptions() needs chains with at least one written slot")
+    kinds = ["field"]
+    if world.reads_kv:
+        kinds += ["kv_inside", "kv_outside", "page_swap"]
+    if len(chains) >= 2:
+        kinds.append("stale")
+    kind = draw(st.sampled_from(kinds), label="corruption")
+    slot = draw(st.sampled_from(written), label="slot")
+    if kind == "field":
+        return Corruption(
+            "field",
+            slot=slot,
+            field=draw(st.integers(0, 3), label="field"),
+            bit=draw(st.integers(0, 63), label="bit"),
+        )
+    if kind == "stale":
+        mine = next(chain for chain in chains if slot in chain.slots)
+        others = [s for chain in chains if chain is not mine for s in chain.slots]
+        return Corruption(
+            "stale", slot=slot, other=draw(st.sampled_from(others), label="stale from")
+        )
+    source = draw(st.integers(0, len(world.sources) - 1), label="source")
+    layout = world.sources[source]
+    if kind == "kv_inside":
+        read = 16 if world.mode == 1 else layout.read_bytes
+        start = int(slot_window_starts(layout)[slot])
+        return Corruption(
+            "kv_inside",
+            slot=slot,
+            source=source,
+            offset=start + draw(st.integers(0, read - 1), label="byte in window"),
+            value=draw(st.integers(1, 255), label="xor"),
+        )
+    if kind == "kv_outside":
+        outside = _unread_offsets(layout, world.mode)
+        if outside.size == 0:
+            return Corruption("field", slot=slot, field=3, bit=0)
+        return Corruption(
+            "kv_outside",
+            slot=slot,
+            source=source,
+            offset=int(draw(st.sampled_from(outside.tolist()), label="byte outside")),
+            value=draw(st.integers(1, 255), label="xor"),
+        )
+    row = slot // layout.page_size
+    rows = list(range(layout.rows))
+    other = draw(st.sampled_from([r for r in rows if r != row] or [row]), label="swap with row")
+    return Corruption("page_swap", slot=row, other=other, source=source)
+
+
+def _unread_offsets(layout: SourceLayout, mode: int) -> np.ndarray:
+    read = np.zeros(layout.backing_bytes, dtype=bool)
+    length = 16 if mode == 1 else layout.read_bytes
+    starts = slot_window_starts(layout)
+    read[(starts[:, None] + np.arange(length, dtype=np.int64)).ravel()] = True
+    return np.flatnonzero(~read)
+
+
+def expected_reports(
+    chains: tuple[Chain, ...],
+    corruption: Corruption,
+    *,
+    check_token: bool,
+    page_size: int = 1,
+    stored=None,
+) -> dict[int, int]:
+    """The ``{slot: FailReason bits}`` that verifying :func:`plan_for_chains` (token check
+    ``check_token``) must report after ``corruption``, worked out from SPEC §7 alone.
+
+    The chains must avoid slot 0 (verify skips it, and prev slot 0 means "unchecked").
+    ``page_size`` is that of the swapped source for a page swap; ``stored(slot)`` gives a
+    slot's record ``(token, position, prev_hash, real_kv_hash)`` before the corruption (a
+    stale record is compared field by field). Sources are densely filled, so two different
+    windows never hold the same bytes.
+    """
+    entries = plan_for_chains(chains)
+    successors: dict[int, list[int]] = {}
+    for slot, _, _, prev in entries:
+        if prev >= 0:
+            successors.setdefault(prev, []).append(slot)  # chains may fork from one seed
+    expected_token = {slot: token for slot, token, _, _ in entries}
+    reports: dict[int, int] = {}
+
+    def add(slot: int, bits: int) -> None:
+        if bits:
+            reports[slot] = reports.get(slot, 0) | bits
+
+    kind = corruption.kind
+    if kind == "field":
+        slot, field = corruption.slot, corruption.field
+        token_checked = check_token and expected_token[slot] != -1
+        add(slot, {0: TOKEN if token_checked else 0, 1: POSITION, 2: CHAIN, 3: REAL_KV}[field])
+        if field != 3:
+            for after in successors.get(slot, ()):
+                add(after, CHAIN)  # mix3 is a bijection in each argument
+    elif kind == "kv_inside":
+        add(corruption.slot, REAL_KV)
+    elif kind == "page_swap" and corruption.slot != corruption.other:
+        for slot in expected_token:
+            if slot // page_size in (corruption.slot, corruption.other):
+                add(slot, REAL_KV)
+    elif kind == "stale":
+        slot = corruption.slot
+        mine, stale = stored(slot), stored(corruption.other)
+        token_checked = check_token and expected_token[slot] != -1
+        add(slot, TOKEN if token_checked and stale[0] != mine[0] else 0)
+        add(slot, POSITION if stale[1] != mine[1] else 0)
+        add(slot, CHAIN if stale[2] != mine[2] else 0)
+        add(slot, REAL_KV if stale[3] != mine[3] else 0)
+        if stale[:3] != mine[:3]:
+            for after in successors.get(slot, ()):
+                add(after, CHAIN)
+    return reports
