@@ -16,9 +16,9 @@ from .constants import (
     FailReason,
     RealKvHashMode,
 )
-from .real_kv_hash import fingerprint
 from .launch import launch_canary_verify_kernel, launch_canary_write_kernel
 from .plans import VerifyOrWriteContext, VerifyPlan, WritePlan
+from .real_kv_hash import fingerprint
 from .source import RealKvSource
 
 __version__ = "0.1.0"

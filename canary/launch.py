@@ -11,6 +11,7 @@ import triton
 
 from ._runtime import kernels_for
 from .constants import CANARY_SLOT_BYTES, VIOLATION_FIELDS, CanaryLaunchTag
+from .plans import VerifyOrWriteContext, VerifyPlan, WritePlan
 from .real_kv_hash import (
     as_mode,
     check_slots_in_sources,
@@ -19,7 +20,6 @@ from .real_kv_hash import (
     launch_fingerprint,
     source_args,
 )
-from .plans import VerifyOrWriteContext, VerifyPlan, WritePlan
 
 VERIFY_BLOCK = 128  # plan entries per program
 

@@ -48,8 +48,8 @@ def one_source(data: bytes, *, nbpt: int) -> canary.RealKvSource:
 @pytest.mark.parametrize(
     ("data", "mode", "expected"),
     [
-        (bytes.fromhex("0102040810204080818284889" "0A0C0FF"), "PARTIAL", 0x6041580849E6407D),
-        (bytes.fromhex("0102040810204080818284889" "0A0C0FF"), "ALL", 0x6041580849E6407D),
+        (bytes.fromhex("01020408102040808182848890A0C0FF"), "PARTIAL", 0x6041580849E6407D),
+        (bytes.fromhex("01020408102040808182848890A0C0FF"), "ALL", 0x6041580849E6407D),
         (bytes(range(32)), "ALL", 0xB44181DFE9420039),
         (bytes(range(32)), "PARTIAL", 0xD6D75024DFD6C30C),
     ],
