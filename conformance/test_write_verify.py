@@ -8,6 +8,7 @@ import hypothesis
 import hypothesis.strategies as st
 import numpy as np
 import pytest
+import torch
 from hypothesis import given
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -23,8 +24,6 @@ import strategies as st_kv
 from conformance import profiles
 from conformance.assertions import fail
 from conformance.profiles import examples
-from strategies import chains as st_chains
-from strategies import launches as st_launch
 
 pytestmark = pytest.mark.write_verify
 
@@ -45,7 +44,7 @@ class Snapshot:
     kernel_run_counter: int
 
     @classmethod
-    def of_world(cls, world: st_launch.MaterializedWorld) -> Snapshot:
+    def of_world(cls, world: st_kv.MaterializedWorld) -> Snapshot:
         return cls(
             canary_buf=world.canary_buf.cpu().numpy().copy(),
             ring=world.violation_ring.cpu().numpy().copy(),
@@ -104,33 +103,33 @@ def assert_same_state(got: Snapshot, want: Snapshot, *, index_before: int, what:
 def run_write(impl, world, batch, device, state=None):
     """Write ``batch`` with the implementation and (if given) the reference state."""
     impl.launch_canary_write_kernel(
-        context=world.context(impl), **st_launch.write_launch(impl, batch, device)
+        context=world.context(impl), **st_kv.write_launch(impl, batch, device)
     )
     if state is not None:
-        reference.write(state, **st_launch.reference_write_launch(batch))
+        reference.write(state, **st_kv.reference_write_launch(batch))
 
 
 def run_verify(impl, world, batch, device, state=None):
     impl.launch_canary_verify_kernel(
-        context=world.context(impl), **st_launch.verify_launch(impl, batch, device)
+        context=world.context(impl), **st_kv.verify_launch(impl, batch, device)
     )
     if state is not None:
-        reference.verify(state, **st_launch.reference_verify_launch(batch))
+        reference.verify(state, **st_kv.reference_verify_launch(batch))
 
 
 def draw_written_world(data, device, impl, *, batches=2, avoid_zero=False, **world_overrides):
     """A world with up to ``batches`` write launches done; returns (world, chains, state)."""
-    world = data.draw(st_chains.canary_worlds(**world_kwargs()), label="world")
+    world = data.draw(st_kv.canary_worlds(**world_kwargs()), label="world")
     if world_overrides:
         world = dataclasses.replace(world, **world_overrides)
-    made = st_launch.materialize_world(world, device)
+    made = st_kv.materialize_world(world, device)
     state = made.reference_state()
     chains: tuple = ()
     for step in range(batches):
         written = {slot for chain in chains for slot in chain.slots}
         tails = tuple((chain.slots[-1], chain.positions[-1]) for chain in chains)
         batch = data.draw(
-            st_chains.write_batches(
+            st_kv.write_batches(
                 world,
                 seeds=tails,
                 avoid=frozenset(written | ({0} if avoid_zero else set())),
@@ -146,7 +145,7 @@ def draw_written_world(data, device, impl, *, batches=2, avoid_zero=False, **wor
             what=f"after write batch {step}",
             config=repr(world),
         )
-        chains = chains + st_chains.chains_written(batch)
+        chains = chains + st_kv.chains_written(batch)
     return made, chains, state
 
 
@@ -163,10 +162,10 @@ def test_verify_equals_reference(impl, device, data):
     """A verify launch of a varied plan over written chains reports exactly what the reference reports."""
     made, chains, state = draw_written_world(data, device, impl, batches=2)
     if data.draw(st.booleans(), label="corrupt first") and any(c.slots for c in chains):
-        corruption = data.draw(st_chains.corruptions(made.world, chains), label="corruption")
-        st_launch.apply_corruption(made, corruption)
+        corruption = data.draw(st_kv.corruptions(made.world, chains), label="corruption")
+        st_kv.apply_corruption(made, corruption)
         state = made.reference_state()
-    batch = data.draw(st_chains.verify_batches(chains), label="verify plan")
+    batch = data.draw(st_kv.verify_batches(chains), label="verify plan")
     index_before = int(made.violation_write_index.item())
     run_verify(impl, made, batch, device, state)
     assert_same_state(
@@ -183,7 +182,7 @@ def test_verify_equals_reference(impl, device, data):
 def test_write_then_verify_is_clean(impl, device, data):
     """Verifying every written entry against its own chain right after the writes reports nothing."""
     made, chains, _ = draw_written_world(data, device, impl, avoid_zero=True)
-    batch = data.draw(st_chains.verify_batches(chains, exact=True), label="verify plan")
+    batch = data.draw(st_kv.verify_batches(chains, exact=True), label="verify plan")
     before = Snapshot.of_world(made)
     run_verify(impl, made, batch, device)
     after = Snapshot.of_world(made)
@@ -232,21 +231,21 @@ def test_each_corruption_is_reported_exactly(impl, device, data):
     )
     if not any(chain.slots for chain in chains):
         return
-    corruption = data.draw(st_chains.corruptions(made.world, chains), label="corruption")
+    corruption = data.draw(st_kv.corruptions(made.world, chains), label="corruption")
     records = made.records()
     page_size = made.world.sources[corruption.source].page_size if made.world.sources else 1
     check_token = data.draw(st.booleans(), label="check_token")
-    expected = st_chains.expected_reports(
+    expected = st_kv.expected_reports(
         chains,
         corruption,
         check_token=check_token,
         page_size=page_size,
         stored=lambda slot: tuple(int(v) for v in records[slot]),
     )
-    st_launch.apply_corruption(made, corruption)
+    st_kv.apply_corruption(made, corruption)
     state = made.reference_state()
     batch = dataclasses.replace(
-        data.draw(st_chains.verify_batches(chains, exact=True), label="verify plan"),
+        data.draw(st_kv.verify_batches(chains, exact=True), label="verify plan"),
         check_token=check_token,
     )
     index_before = int(made.violation_write_index.item())
@@ -275,9 +274,9 @@ def test_bytes_outside_read_windows_never_report(impl, device, data):
     for layout, source in zip(made.world.sources, made.sources, strict=True):
         outside = st_kv.outside_byte_offsets(layout)
         if outside.size:
-            index = st_launch.torch.from_numpy(outside).to(source.backing.device)
+            index = torch.from_numpy(outside).to(source.backing.device)
             source.backing[index] = source.backing[index] ^ 0xA5
-    batch = data.draw(st_chains.verify_batches(chains, exact=True), label="verify plan")
+    batch = data.draw(st_kv.verify_batches(chains, exact=True), label="verify plan")
     before = int(made.violation_write_index.item())
     run_verify(impl, made, batch, device)
     after = Snapshot.of_world(made)
@@ -293,13 +292,13 @@ def test_bytes_outside_read_windows_never_report(impl, device, data):
 def test_ring_is_fill_once_and_counts_past_capacity(impl, device, data):
     """Each violation takes the next index; rows below the capacity are stored once, none is overwritten, and the index keeps counting."""
     made, chains, _ = draw_written_world(data, device, impl, avoid_zero=True, batches=1)
-    entries = st_chains.plan_for_chains(chains)
+    entries = st_kv.plan_for_chains(chains)
     if not entries:
         return
     before = Snapshot.of_world(made)
     # every entry now fails its position check: one report per entry
     wrong = dataclasses.replace(
-        data.draw(st_chains.verify_batches(chains, exact=True), label="verify plan"),
+        data.draw(st_kv.verify_batches(chains, exact=True), label="verify plan"),
     )
     wrong = dataclasses.replace(
         wrong, expected_positions=tuple(p ^ 1 for p in wrong.expected_positions)
@@ -332,7 +331,7 @@ def test_disabled_verify_only_counts_the_launch(impl, device, data):
     num_slots = made.world.num_slots
     garbage = st.integers(num_slots, num_slots + 2**40) | st.integers(-(2**40), -1)
     cap = data.draw(st.integers(1, 6), label="capacity")
-    batch = st_chains.VerifyBatch(
+    batch = st_kv.VerifyBatch(
         slots=tuple(data.draw(st.lists(garbage, min_size=cap, max_size=cap), label="slots")),
         expected_tokens=(5,) * cap,
         expected_positions=(7,) * cap,
@@ -358,9 +357,9 @@ class CanaryMachine(RuleBasedStateMachine):
         super().__init__()
         self.impl, self.device = impl, device
 
-    @initialize(world=st_chains.canary_worlds(max_slots=24, max_ring=8))
+    @initialize(world=st_kv.canary_worlds(max_slots=24, max_ring=8))
     def make_world(self, world):
-        self.world = st_launch.materialize_world(world, self.device)
+        self.world = st_kv.materialize_world(world, self.device)
         self.model = self.world.reference_state()
         self.chains: tuple = ()
         self.step = "the first launch"
@@ -370,21 +369,19 @@ class CanaryMachine(RuleBasedStateMachine):
         written = {slot for chain in self.chains for slot in chain.slots}
         tails = tuple((chain.slots[-1], chain.positions[-1]) for chain in self.chains)
         batch = data.draw(
-            st_chains.write_batches(self.world.world, seeds=tails, avoid=frozenset(written | {0})),
+            st_kv.write_batches(self.world.world, seeds=tails, avoid=frozenset(written | {0})),
             label="write",
         )
         self.index_before = int(self.world.violation_write_index.item())
         run_write(self.impl, self.world, batch, self.device, self.model)
-        self.chains += st_chains.chains_written(batch)
+        self.chains += st_kv.chains_written(batch)
         self.step = f"write {batch!r}"
 
     @precondition(lambda self: any(chain.slots for chain in self.chains))
     @rule(data=st.data())
     def corrupt(self, data):
-        corruption = data.draw(
-            st_chains.corruptions(self.world.world, self.chains), label="corrupt"
-        )
-        st_launch.apply_corruption(self.world, corruption)
+        corruption = data.draw(st_kv.corruptions(self.world.world, self.chains), label="corrupt")
+        st_kv.apply_corruption(self.world, corruption)
         # the model sees the same damage: its buffer and sources are taken from the world again
         fresh = self.world.reference_state()
         self.model.canary_buf = fresh.canary_buf
@@ -394,7 +391,7 @@ class CanaryMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def verify(self, data):
-        batch = data.draw(st_chains.verify_batches(self.chains), label="verify")
+        batch = data.draw(st_kv.verify_batches(self.chains), label="verify")
         self.index_before = int(self.world.violation_write_index.item())
         run_verify(self.impl, self.world, batch, self.device, self.model)
         self.step = f"verify {batch!r}"

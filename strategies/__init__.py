@@ -10,6 +10,9 @@ one place that turns them into torch tensors on a device and numpy rows for the 
   (:func:`outside_byte_offsets`).
 - :func:`invalid_source_cases`, :func:`multi_invalid_source_cases`: arguments that break
   SPEC §3 rules, with the exact error expected.
+- :func:`canary_worlds`, :func:`write_batches`, :func:`verify_batches`, :func:`corruptions`:
+  write/verify launches (SPEC §5-§7) as plain data; :func:`materialize_world`,
+  :func:`write_launch`, :func:`verify_launch` and :func:`apply_corruption` make them real.
 - :func:`describe`: any ``tensor=`` object as a torch-free ``reference.SourceDescription``.
 
 Typical use::
@@ -23,6 +26,22 @@ Typical use::
         ...
 """
 
+from strategies.chains import (
+    CanaryWorld,
+    Chain,
+    Corruption,
+    VerifyBatch,
+    WriteBatch,
+    WriteRequest,
+    canary_worlds,
+    chains_written,
+    corruptions,
+    expected_reports,
+    plan_for_chains,
+    ring_starts,
+    verify_batches,
+    write_batches,
+)
 from strategies.invalid import (
     FIELDS,
     InvalidSourceCase,
@@ -45,15 +64,43 @@ from strategies.layouts import (
 )
 from strategies.materialize import (
     MaterializedSource,
+    MaterializedWorld,
+    apply_corruption,
     available_dtypes,
     describe,
     layout_bytes,
     materialize,
     materialize_object,
     materialize_shared,
+    materialize_world,
+    reference_verify_launch,
+    reference_write_launch,
+    verify_launch,
+    write_launch,
 )
 
 __all__ = [
+    "CanaryWorld",
+    "Chain",
+    "Corruption",
+    "MaterializedWorld",
+    "VerifyBatch",
+    "WriteBatch",
+    "WriteRequest",
+    "apply_corruption",
+    "canary_worlds",
+    "chains_written",
+    "corruptions",
+    "expected_reports",
+    "materialize_world",
+    "plan_for_chains",
+    "reference_verify_launch",
+    "reference_write_launch",
+    "ring_starts",
+    "verify_batches",
+    "verify_launch",
+    "write_batches",
+    "write_launch",
     "ELEMENT_SIZES",
     "FIELDS",
     "FILLS",
