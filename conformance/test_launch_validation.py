@@ -1,0 +1,504 @@
+"""Launch validation shared by write and verify (SPEC §6, §8): every bad argument raises before
+any work is done, with the error SPEC names."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import strategies as st_kv
+
+pytestmark = pytest.mark.write_verify
+
+NUM_SLOTS = 8
+CAP = 4
+CONTEXT_FIELDS = (
+    "canary_buf",
+    "kernel_kind",
+    "violation_ring",
+    "violation_write_index",
+    "slot_run_counter",
+    "kernel_run_counter",
+    "real_kv_sources",
+    "real_kv_hash_mode",
+    "enable_chain_position_assert",
+)
+CAP_MESSAGE = "kv-canary: at most 4 RealKvSource entries supported by the CUDA ABI, got 5"
+
+
+@dataclasses.dataclass
+class Launch:
+    """Keyword arguments of one valid launch, as plain dicts that a case can break."""
+
+    kind: str  # "write" or "verify"
+    context: dict
+    plan: dict
+    args: dict
+
+    def run(self, impl):
+        context = impl.VerifyOrWriteContext(**self.context)
+        if self.kind == "write":
+            impl.launch_canary_write_kernel(
+                context=context, plan=impl.WritePlan(**self.plan), **self.args
+            )
+        else:
+            impl.launch_canary_verify_kernel(
+                context=context, plan=impl.VerifyPlan(**self.plan), **self.args
+            )
+
+
+def world(impl, device) -> tuple[st_kv.MaterializedWorld, dict]:
+    layout = st_kv.SourceLayout(
+        dtype="bfloat16",
+        rows=4,
+        row_shape=(2, 64),
+        page_size=4,
+        num_bytes_per_token=64,
+        read_bytes=32,
+        row_stride_bytes=512,
+        offset_bytes=32,
+        tail_bytes=16,
+        fill="dense",
+        seed=3,
+    )
+    made = st_kv.materialize_world(
+        st_kv.CanaryWorld(
+            sources=(layout,),
+            mode=2,
+            num_slots=NUM_SLOTS,
+            slot_stride_bytes=32,
+            ring_capacity=4,
+            ring_start=0,
+            kernel_kind=1,
+            chain_assert=1,
+            seed=5,
+        ),
+        device,
+    )
+    context = made.context(impl)
+    return made, {name: getattr(context, name) for name in CONTEXT_FIELDS}
+
+
+def write_launch(impl, device) -> tuple[st_kv.MaterializedWorld, Launch]:
+    made, context = world(impl, device)
+    batch = st_kv.WriteBatch(
+        requests=(
+            st_kv.WriteRequest(-1, (1, 2, 3), (11, 12, 13), (0, 1, 2)),
+            st_kv.WriteRequest(-1, (4, 5), (21, 22), (0, 1)),
+        ),
+        num_valid=2,
+        padding=((6, 99, 0),),
+        input_assert=True,
+        expected_tokens=(11, 12, 13, 21, 22, 99),
+        expected_positions=(0, 1, 2, 0, 1, 0),
+    )
+    kwargs = st_kv.write_launch(impl, batch, device)
+    plan = kwargs.pop("plan")
+    fields = ("write_offsets", "write_seed_slot_indices", "write_num_valid_reqs")
+    return made, Launch("write", context, {f: getattr(plan, f) for f in fields}, kwargs)
+
+
+def verify_launch(impl, device) -> tuple[st_kv.MaterializedWorld, Launch]:
+    made, context = world(impl, device)
+    batch = st_kv.VerifyBatch(
+        slots=(1, 2, 0, 3),
+        expected_tokens=(11, -1, -1, 13),
+        expected_positions=(0, 1, 0, 2),
+        prev_slots=(-1, 1, 0, 2),
+        num_valid=4,
+        enable=1,
+        check_token=True,
+    )
+    kwargs = st_kv.verify_launch(impl, batch, device)
+    plan = kwargs.pop("plan")
+    fields = (
+        "verify_slot_indices",
+        "verify_expected_tokens",
+        "verify_expected_positions",
+        "verify_prev_slot_indices",
+        "verify_num_valid",
+        "enable",
+    )
+    return made, Launch("verify", context, {f: getattr(plan, f) for f in fields}, kwargs)
+
+
+def strided(tensor: torch.Tensor) -> torch.Tensor:
+    """The same values, in a tensor that is not contiguous."""
+    doubled = torch.stack([tensor, tensor], dim=-1)
+    return doubled[..., 0]
+
+
+def meta(tensor: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(tensor, device="meta")
+
+
+def set_in(group: str, name: str, make):
+    def apply(launch: Launch, device):
+        target = getattr(launch, group)
+        target[name] = make(target[name], device)
+
+    return apply
+
+
+def set_item(group: str, name: str, index: int, value: int):
+    def apply(launch: Launch, device):
+        getattr(launch, group)[name][index] = value
+
+    return apply
+
+
+def five_sources(launch: Launch, device):
+    launch.context["real_kv_sources"] = tuple(launch.context["real_kv_sources"]) * 5
+
+
+# (id, launch kinds, break, exception, exact message or None, words the message must contain)
+CASES = [
+    ("5 sources", "write verify", five_sources, ValueError, CAP_MESSAGE, ()),
+    (
+        "canary_buf strided",
+        "write verify",
+        set_in("context", "canary_buf", lambda t, d: strided(t)),
+        ValueError,
+        "kv-canary: context.canary_buf must be contiguous",
+        (),
+    ),
+    (
+        "slot stride 24 bytes",
+        "write verify",
+        set_in(
+            "context",
+            "canary_buf",
+            lambda t, d: torch.zeros(NUM_SLOTS, 24, dtype=torch.uint8, device=d),
+        ),
+        ValueError,
+        None,
+        ("canary_buf", "24"),
+    ),
+    (
+        "slot stride 36 bytes",
+        "write verify",
+        set_in(
+            "context",
+            "canary_buf",
+            lambda t, d: torch.zeros(NUM_SLOTS, 36, dtype=torch.uint8, device=d),
+        ),
+        ValueError,
+        None,
+        ("canary_buf", "36"),
+    ),
+    (
+        "canary_buf int64",
+        "write verify",
+        set_in("context", "canary_buf", lambda t, d: t.view(torch.int64)),
+        ValueError,
+        None,
+        ("canary_buf",),
+    ),
+    (
+        "ring int32",
+        "write verify",
+        set_in("context", "violation_ring", lambda t, d: t.to(torch.int32)),
+        ValueError,
+        None,
+        ("violation_ring", "int"),
+    ),
+    (
+        "ring [4, 7]",
+        "write verify",
+        set_in("context", "violation_ring", lambda t, d: t[:, :7].contiguous()),
+        ValueError,
+        None,
+        ("violation_ring",),
+    ),
+    (
+        "write index int64",
+        "write verify",
+        set_in("context", "violation_write_index", lambda t, d: t.to(torch.int64)),
+        ValueError,
+        None,
+        ("violation_write_index",),
+    ),
+    (
+        "slot counter [2]",
+        "write verify",
+        set_in(
+            "context", "slot_run_counter", lambda t, d: torch.zeros(2, dtype=torch.int64, device=d)
+        ),
+        ValueError,
+        None,
+        ("slot_run_counter",),
+    ),
+    (
+        "kernel counter on meta",
+        "write verify",
+        set_in("context", "kernel_run_counter", lambda t, d: meta(t)),
+        ValueError,
+        None,
+        ("kernel_run_counter", "meta"),
+    ),
+    (
+        "chain assert int64",
+        "write verify",
+        set_in("context", "enable_chain_position_assert", lambda t, d: t.to(torch.int64)),
+        ValueError,
+        None,
+        ("enable_chain_position_assert",),
+    ),
+    # write plan and token arrays
+    (
+        "write_offsets strided",
+        "write",
+        set_in("plan", "write_offsets", lambda t, d: strided(t)),
+        ValueError,
+        "kv-canary: plan.write_offsets must be contiguous",
+        (),
+    ),
+    (
+        "write_offsets [cap]",
+        "write",
+        set_in("plan", "write_offsets", lambda t, d: t[:-1].contiguous()),
+        ValueError,
+        None,
+        ("write_offsets",),
+    ),
+    (
+        "seeds int32",
+        "write",
+        set_in("plan", "write_seed_slot_indices", lambda t, d: t.to(torch.int32)),
+        ValueError,
+        None,
+        ("write_seed_slot_indices",),
+    ),
+    (
+        "num_valid_reqs on meta",
+        "write",
+        set_in("plan", "write_num_valid_reqs", lambda t, d: meta(t)),
+        ValueError,
+        None,
+        ("write_num_valid_reqs", "meta"),
+    ),
+    (
+        "input_ids strided",
+        "write",
+        set_in("args", "input_ids", lambda t, d: strided(t)),
+        ValueError,
+        "kv-canary: input_ids must be contiguous",
+        (),
+    ),
+    (
+        "positions too short",
+        "write",
+        set_in("args", "positions", lambda t, d: t[:-1].contiguous()),
+        ValueError,
+        None,
+        ("positions",),
+    ),
+    (
+        "out_cache_loc float",
+        "write",
+        set_in("args", "out_cache_loc", lambda t, d: t.to(torch.float32)),
+        ValueError,
+        None,
+        ("out_cache_loc",),
+    ),
+    (
+        "expected tokens None with assert on",
+        "write",
+        set_in("args", "expected_input_tokens", lambda t, d: None),
+        ValueError,
+        "kv-canary: expected input tensors are required when enable_write_input_assert=True",
+        (),
+    ),
+    (
+        "expected tensors given with assert off",
+        "write",
+        set_in("args", "enable_write_input_assert", lambda t, d: False),
+        ValueError,
+        "kv-canary: expected input tensors must be None when enable_write_input_assert=False",
+        (),
+    ),
+    (
+        "offsets decreasing",
+        "write",
+        set_item("plan", "write_offsets", 1, 6),
+        ValueError,
+        None,
+        ("write_offsets",),
+    ),
+    (
+        "offsets past the token arrays",
+        "write",
+        set_item("plan", "write_offsets", 2, 9),
+        ValueError,
+        None,
+        ("write_offsets",),
+    ),
+    (
+        "seed 8 of 8 slots",
+        "write",
+        set_item("plan", "write_seed_slot_indices", 1, NUM_SLOTS),
+        IndexError,
+        None,
+        ("write_seed_slot_indices", str(NUM_SLOTS)),
+    ),
+    (
+        "out_cache_loc 12 of 8 slots",
+        "write",
+        set_item("args", "out_cache_loc", 4, 12),
+        IndexError,
+        None,
+        ("out_cache_loc", "12"),
+    ),
+    # verify plan
+    (
+        "verify slots strided",
+        "verify",
+        set_in("plan", "verify_slot_indices", lambda t, d: strided(t)),
+        ValueError,
+        "kv-canary: plan.verify_slot_indices must be contiguous",
+        (),
+    ),
+    (
+        "expected tokens [3]",
+        "verify",
+        set_in("plan", "verify_expected_tokens", lambda t, d: t[:3].contiguous()),
+        ValueError,
+        None,
+        ("verify_expected_tokens",),
+    ),
+    (
+        "prev slots int32",
+        "verify",
+        set_in("plan", "verify_prev_slot_indices", lambda t, d: t.to(torch.int32)),
+        ValueError,
+        None,
+        ("verify_prev_slot_indices",),
+    ),
+    (
+        "enable on meta",
+        "verify",
+        set_in("plan", "enable", lambda t, d: meta(t)),
+        ValueError,
+        None,
+        ("enable", "meta"),
+    ),
+    (
+        "verify_num_valid int64",
+        "verify",
+        set_in("plan", "verify_num_valid", lambda t, d: t.to(torch.int64)),
+        ValueError,
+        None,
+        ("verify_num_valid",),
+    ),
+    (
+        "verify slot 8 of 8",
+        "verify",
+        set_item("plan", "verify_slot_indices", 3, NUM_SLOTS),
+        IndexError,
+        None,
+        ("verify_slot_indices", str(NUM_SLOTS)),
+    ),
+    (
+        "verify slot -1",
+        "verify",
+        set_item("plan", "verify_slot_indices", 0, -1),
+        IndexError,
+        None,
+        ("verify_slot_indices", "-1"),
+    ),
+    (
+        "prev slot 30 of 8",
+        "verify",
+        set_item("plan", "verify_prev_slot_indices", 1, 30),
+        IndexError,
+        None,
+        ("verify_prev_slot_indices", "30"),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "breaker", "error", "message", "words"),
+    [
+        pytest.param(kind, *rest, id=f"{kind}: {name}")
+        for name, kinds, *rest in CASES
+        for kind in kinds.split()
+    ],
+)
+def test_bad_launch_raises_before_any_work(impl, device, kind, breaker, error, message, words):
+    """A launch with one bad argument raises SPEC's error type (and exact message where SPEC gives one) and changes no state."""
+    made, launch = (write_launch if kind == "write" else verify_launch)(impl, device)
+    launch.run(impl)  # the unbroken launch is valid
+    breaker(launch, device)
+    before = [
+        t.cpu().clone()
+        for t in (
+            made.canary_buf,
+            made.violation_ring,
+            made.violation_write_index,
+            made.slot_run_counter,
+            made.kernel_run_counter,
+        )
+    ]
+    with pytest.raises(Exception) as caught:
+        launch.run(impl)
+    assert type(caught.value) is error, f"raised {type(caught.value).__name__}: {caught.value}"
+    if message is not None:
+        assert str(caught.value) == message
+    for word in words:
+        assert word in str(caught.value), f"{caught.value!r} does not name {word!r}"
+    after = [
+        t.cpu()
+        for t in (
+            made.canary_buf,
+            made.violation_ring,
+            made.violation_write_index,
+            made.slot_run_counter,
+            made.kernel_run_counter,
+        )
+    ]
+    for name, a, b in zip(
+        ("canary_buf", "ring", "write index", "slot counter", "kernel counter"),
+        before,
+        after,
+        strict=True,
+    ):
+        assert torch.equal(a, b), f"the refused launch changed {name}"
+
+
+def test_empty_plans_are_still_validated(impl, device):
+    """Launch checks run even when the plan has no valid entry (num_valid 0)."""
+    for make in (write_launch, verify_launch):
+        made, launch = make(impl, device)
+        valid = "write_num_valid_reqs" if launch.kind == "write" else "verify_num_valid"
+        launch.plan[valid].fill_(0)
+        five_sources(launch, device)
+        with pytest.raises(ValueError) as caught:
+            launch.run(impl)
+        assert str(caught.value) == CAP_MESSAGE
+
+
+def test_entries_past_num_valid_are_not_validated(impl, device):
+    """Requests and entries past the valid ones are never read, so garbage there is not an error."""
+    made, launch = write_launch(impl, device)
+    launch.plan["write_num_valid_reqs"].fill_(1)
+    launch.plan["write_seed_slot_indices"][1] = 10**9
+    launch.args["out_cache_loc"][3:] = 10**9
+    launch.run(impl)
+    made, launch = verify_launch(impl, device)
+    launch.plan["verify_num_valid"].fill_(2)
+    launch.plan["verify_slot_indices"][2:] = 10**9
+    launch.plan["verify_prev_slot_indices"][2:] = 10**9
+    launch.run(impl)
+
+
+def test_disabled_verify_is_not_index_checked(impl, device):
+    """A verify plan with enable == 0 is not index-checked (its entries may be unwritten)."""
+    made, launch = verify_launch(impl, device)
+    launch.plan["enable"].fill_(0)
+    launch.plan["verify_slot_indices"].fill_(10**9)
+    before = int(made.kernel_run_counter.item())
+    launch.run(impl)
+    assert int(made.kernel_run_counter.item()) == before + 1
