@@ -6,7 +6,7 @@ import hypothesis.strategies as st
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import example, given
 
 import strategies as st_kv
 from conformance import profiles
@@ -24,20 +24,17 @@ from conformance.support import (
 
 def draw_case(data, *, min_sources=0, max_sources=4, modes=None, **layout_kwargs):
     """Draw sources, slots in range of all of them, a mode, and whether they share one pool."""
-    sizes = {**profiles.layout_sizes(), **layout_kwargs}
-    layouts = data.draw(
-        st_kv.source_tuples(min_sources=min_sources, max_sources=max_sources, **sizes),
-        label="layouts",
+    case = data.draw(
+        st_kv.fingerprint_cases(
+            min_sources=min_sources,
+            max_sources=max_sources,
+            modes=modes,
+            max_slots=profiles.max_slots(),
+            **{**profiles.layout_sizes(), **layout_kwargs},
+        ),
+        label="case",
     )
-    capacity = min((layout.capacity for layout in layouts), default=8)
-    page_size = layouts[0].page_size if layouts else None
-    slots = data.draw(
-        st_kv.slot_indices(capacity, max_size=profiles.max_slots(), page_size=page_size),
-        label="slots",
-    )
-    mode = data.draw(st_kv.modes() if modes is None else modes, label="mode")
-    shared = data.draw(st.booleans(), label="shared pool")
-    return layouts, slots, mode, shared
+    return case.layouts, list(case.slots), case.mode, case.shared
 
 
 def run_both(impl, impl_name, device, layouts, slots, mode, shared):
@@ -59,12 +56,97 @@ def run_both(impl, impl_name, device, layouts, slots, mode, shared):
     return materialized, sources, got
 
 
+def _layout(**fields) -> st_kv.SourceLayout:
+    base = dict(
+        dtype="uint8",
+        rows=3,
+        row_shape=(96,),
+        page_size=3,
+        num_bytes_per_token=32,
+        read_bytes=32,
+        row_stride_bytes=96,
+        offset_bytes=0,
+        tail_bytes=0,
+        fill="dense",
+        seed=7,
+    )
+    return st_kv.SourceLayout(**{**base, **fields})
+
+
+# Pinned cases, each aimed at a bug of SPEC §9 that random draws find only now and then.
+PAGE_MAPPING = st_kv.FingerprintCase(  # row = s // page_size, not s % page_size
+    layouts=(_layout(),), slots=(0, 1, 2, 3, 4, 5, 8, 7), mode=2
+)
+ROW_STRIDE_NOT_SHAPE = st_kv.FingerprintCase(  # bf16 [3, 2, 48] rows with a hole, a gap, an offset
+    layouts=(
+        _layout(
+            dtype="bfloat16",
+            row_shape=(2, 48),
+            page_size=2,
+            num_bytes_per_token=64,
+            read_bytes=48,
+            row_stride_bytes=256,
+            offset_bytes=48,
+            tail_bytes=5,
+        ),
+    ),
+    slots=(5, 4, 3, 2, 1, 0),
+    mode=2,
+)
+FOUR_SOURCES_IN_ORDER = st_kv.FingerprintCase(  # four layers of one pool, combined in tuple order
+    layouts=tuple(
+        _layout(seed=seed, dtype=dtype, row_shape=(96 // size,))
+        for seed, (dtype, size) in enumerate(
+            (("uint8", 1), ("int8", 1), ("int32", 4), ("int64", 8))
+        )
+    ),
+    slots=(8, 0, 4),
+    mode=1,
+    shared=True,
+)
+
+PARTIAL_IS_16_BYTES = st_kv.FingerprintCase(  # one non-zero byte at the start of a 64-byte window
+    layouts=(
+        _layout(
+            row_shape=(192,),
+            num_bytes_per_token=64,
+            read_bytes=64,
+            row_stride_bytes=192,
+            fill="first",
+        ),
+    ),
+    slots=(0, 1, 2, 6),
+    mode=1,
+)
+LAST_READ_BYTE = st_kv.FingerprintCase(  # ALL must read up to read_bytes, not num_bytes_per_token
+    layouts=(
+        _layout(
+            row_shape=(192,),
+            num_bytes_per_token=64,
+            read_bytes=48,
+            row_stride_bytes=192,
+            fill="last",
+        ),
+    ),
+    slots=(1, 2, 3),
+    mode=2,
+)
+
+
 @examples(1.0)
-@given(data=st.data())
-def test_fingerprint_equals_reference(impl, impl_name, device, data):
+@given(
+    case=st_kv.fingerprint_cases(
+        fills=st_kv.FILLS, max_slots=profiles.max_slots(), **profiles.layout_sizes()
+    )
+)
+@example(case=PAGE_MAPPING)
+@example(case=ROW_STRIDE_NOT_SHAPE)
+@example(case=FOUR_SOURCES_IN_ORDER)
+@example(case=PARTIAL_IS_16_BYTES)
+@example(case=LAST_READ_BYTE)
+def test_fingerprint_equals_reference(impl, impl_name, device, case):
     """fingerprint equals the reference bit for bit on every generated layout, slot set and mode."""
-    layouts, slots, mode, shared = draw_case(data, fills=st_kv.FILLS)
-    run_both(impl, impl_name, device, layouts, slots, mode, shared)
+    run_both(impl, impl_name, device, case.layouts, case.slots, case.mode, case.shared)
 
 
 @examples(0.5)

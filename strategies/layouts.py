@@ -16,6 +16,8 @@ from hypothesis.errors import InvalidArgument
 __all__ = [
     "ELEMENT_SIZES",
     "FILLS",
+    "FingerprintCase",
+    "fingerprint_cases",
     "PARTIAL_READ_BYTES",
     "SourceLayout",
     "modes",
@@ -427,6 +429,9 @@ def modes() -> st.SearchStrategy[int]:
     return st.sampled_from((0, 1, 2))
 
 
+_MODES = modes()
+
+
 def _read_length(layout: SourceLayout, mode) -> int:
     mode = int(mode)
     if mode not in (0, 1, 2):
@@ -468,3 +473,43 @@ def outside_byte_offsets(layout: SourceLayout) -> np.ndarray:
     starts = slot_window_starts(layout)
     read[(starts[:, None] + np.arange(layout.read_bytes, dtype=np.int64)).ravel()] = True
     return np.flatnonzero(~read).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class FingerprintCase:
+    """One ``fingerprint`` call as plain data: sources, slots, mode, and whether the sources
+    are per-layer views of one shared pool (see :func:`strategies.materialize_shared`)."""
+
+    layouts: tuple[SourceLayout, ...]
+    slots: tuple[int, ...]
+    mode: int
+    shared: bool = False
+
+
+@st.composite
+def fingerprint_cases(
+    draw,
+    *,
+    min_sources: int = 0,
+    max_sources: int = 4,
+    modes: st.SearchStrategy[int] | None = None,
+    max_slots: int = 24,
+    **layout_kwargs,
+) -> FingerprintCase:
+    """``fingerprint`` calls whose slots every source can address.
+
+    Example draw::
+
+        FingerprintCase(layouts=(SourceLayout(dtype='int32', rows=2, ...),), slots=(3, 4, 4, 0),
+                        mode=1, shared=True)
+    """
+    layouts = draw(
+        source_tuples(min_sources=min_sources, max_sources=max_sources, **layout_kwargs),
+        label="layouts",
+    )
+    capacity = min((layout.capacity for layout in layouts), default=8)
+    page_size = layouts[0].page_size if layouts else None
+    slots = draw(slot_indices(capacity, max_size=max_slots, page_size=page_size), label="slots")
+    mode = draw(_MODES if modes is None else modes, label="mode")
+    shared = draw(st.booleans(), label="shared pool")
+    return FingerprintCase(tuple(layouts), tuple(slots), mode, shared)
