@@ -18,6 +18,7 @@ import types
 import pytest
 
 from . import profiles
+from .report import Recorder
 
 CORE_NAMES = ("RealKvSource", "RealKvHashMode", "CanaryLaunchTag", "fingerprint")
 WRITE_VERIFY_NAMES = (
@@ -108,12 +109,19 @@ def pytest_configure(config: pytest.Config) -> None:
         profile = "ci" if os.environ.get("CI") else "dev"
     profiles.ON_CPU = device.type == "cpu"
     loaded = profiles.select(profile, on_cpu=profiles.ON_CPU)
-    config._canary_selection = Selection(
+    selection = Selection(
         module=module,
         module_name=module_name,
         device=device,
         profile=loaded,
         write_verify=all(hasattr(module, name) for name in WRITE_VERIFY_NAMES),
+    )
+    config._canary_selection = selection
+    config.pluginmanager.register(
+        Recorder(
+            config, config.getoption("--canary-report"), lambda: describe_environment(selection)
+        ),
+        "canary-report",
     )
 
 

@@ -5,7 +5,7 @@
 - ``nightly``: thousands of examples, random.
 
 On the CPU (the Triton interpreter runs one program after another in numpy) every
-profile runs a quarter of its examples; a test asks for a share of the profile's count
+profile runs half of its examples; a test asks for a share of the profile's count
 with :func:`examples`, so the profile, not the test, decides how long a run takes.
 """
 
@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, settings
 
-CPU_SCALE = 0.25
+CPU_SCALE = 0.5
 
 _COMMON = dict(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
-settings.register_profile("dev", max_examples=60, deadline=None, **_COMMON)
+settings.register_profile("dev", max_examples=100, deadline=None, **_COMMON)
 settings.register_profile(
     "ci",
-    max_examples=100,
+    max_examples=200,
     derandomize=True,
     deadline=None,
     database=None,

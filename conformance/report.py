@@ -1,0 +1,168 @@
+"""The conformance report: a summary table in the terminal, and JSON with ``--canary-report PATH``.
+
+Per property (test function) it records the outcome, the examples Hypothesis ran, the time
+taken, the failing example if any, and the reason of every skip. Facts travel on
+``report.user_properties`` so that they survive pytest-xdist's worker-to-controller hop.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+from collections import defaultdict
+
+import pytest
+
+_EXAMPLES = re.compile(r"(\d+) passing, (\d+) failing, and (\d+) invalid")
+_FAILURE_START = ("Falsifying", "Failing test case", "E   ", "E       ")
+
+
+def count_examples(statistics: str | None) -> int | None:
+    """Examples run (passing + failing, all phases) from Hypothesis' statistics text."""
+    if not statistics:
+        return None
+    return sum(int(p) + int(f) for p, f, _ in _EXAMPLES.findall(statistics)) or None
+
+
+def failing_example(text: str, limit: int = 60) -> str:
+    """The part of a failure that tells the story: the error lines, draws and the reproduce blob."""
+    keep = [
+        line
+        for line in text.splitlines()
+        if line.startswith(("E ", "E\t")) or "reproduce_failure" in line or "Draw " in line
+    ]
+    return "\n".join((keep or text.splitlines())[:limit])
+
+
+def first_line(doc: str | None) -> str:
+    return (doc or "").strip().splitlines()[0] if (doc or "").strip() else ""
+
+
+class Recorder:
+    """A pytest plugin object collecting one record per test item."""
+
+    def __init__(self, config: pytest.Config, path: str | None, environment) -> None:
+        self.config = config
+        self.path = path
+        self.environment = environment  # called at the end: it may import torch
+        self.items: dict[str, dict] = {}
+        self.started = datetime.datetime.now(datetime.timezone.utc)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        report = outcome.get_result()
+        if report.when == "teardown":
+            report.user_properties.append(
+                ("canary_doc", first_line(getattr(item.function, "__doc__", "")))
+            )
+            report.user_properties.append(
+                ("canary_examples", count_examples(getattr(item, "hypothesis_statistics", None)))
+            )
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        record = self.items.setdefault(
+            report.nodeid,
+            {"id": report.nodeid, "outcome": "passed", "duration_s": 0.0, "examples": None},
+        )
+        record["duration_s"] += report.duration
+        for key, value in report.user_properties:
+            if key == "canary_doc":
+                record["property"] = value
+            elif key == "canary_examples":
+                record["examples"] = value
+        if report.skipped:
+            record["outcome"] = "skipped"
+            longrepr = report.longrepr
+            record["skip_reason"] = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        elif report.failed:
+            record["outcome"] = "failed" if report.when == "call" else "error"
+            record["failing_example"] = failing_example(report.longreprtext)
+
+    def grouped(self) -> list[dict]:
+        """Records folded per test function (parametrizations together)."""
+        groups: dict[str, dict] = {}
+        order = {"failed": 0, "error": 1, "passed": 2, "skipped": 3}
+        for record in self.items.values():
+            name = record["id"].split("[", 1)[0]
+            group = groups.setdefault(
+                name,
+                {
+                    "name": name,
+                    "property": record.get("property", ""),
+                    "count": 0,
+                    "outcomes": defaultdict(int),
+                    "examples": 0,
+                    "duration_s": 0.0,
+                    "skip_reasons": set(),
+                },
+            )
+            group["count"] += 1
+            group["outcomes"][record["outcome"]] += 1
+            group["examples"] += record["examples"] or 0
+            group["duration_s"] += record["duration_s"]
+            if record.get("skip_reason"):
+                group["skip_reasons"].add(record["skip_reason"])
+        for group in groups.values():
+            present = [o for o in order if group["outcomes"].get(o)]
+            group["outcome"] = min(present, key=order.get) if present else "not run"
+        return sorted(groups.values(), key=lambda g: g["name"])
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus, config) -> None:
+        groups = [g for g in self.grouped() if g["name"].startswith("conformance/")]
+        if not groups:
+            return
+        write = terminalreporter.write_line
+        terminalreporter.section("KV-canary conformance")
+        width = max(len(g["name"].split("::")[-1]) for g in groups)
+        write(f"{'property':<{width}}  {'outcome':<8} {'cases':>5} {'examples':>8} {'seconds':>8}")
+        for g in groups:
+            write(
+                f"{g['name'].split('::')[-1]:<{width}}  {g['outcome']:<8} {g['count']:>5} "
+                f"{g['examples'] or '-':>8} {g['duration_s']:>8.2f}"
+            )
+            for reason in sorted(g["skip_reasons"]):
+                write(f"{'':<{width}}    skipped: {reason}")
+        totals = defaultdict(int)
+        for g in groups:
+            totals[g["outcome"]] += 1
+        write(", ".join(f"{n} {outcome}" for outcome, n in sorted(totals.items())) + " properties")
+        if self.path:
+            write(f"report written to {self.path}")
+
+    def pytest_sessionfinish(self, session, exitstatus) -> None:
+        if not self.path or hasattr(self.config, "workerinput"):
+            return
+        properties = []
+        for g in self.grouped():
+            if not g["name"].startswith("conformance/"):
+                continue
+            cases = [r for r in self.items.values() if r["id"].split("[", 1)[0] == g["name"]]
+            properties.append(
+                {
+                    "name": g["name"],
+                    "property": g["property"],
+                    "outcome": g["outcome"],
+                    "examples": g["examples"],
+                    "duration_s": round(g["duration_s"], 4),
+                    "cases": [
+                        {k: (round(v, 4) if k == "duration_s" else v) for k, v in r.items()}
+                        for r in cases
+                    ],
+                }
+            )
+        document = {
+            "suite": "kv-canary conformance",
+            "started": self.started.isoformat(),
+            "exit_status": int(exitstatus),
+            "environment": self.environment(),
+            "summary": {
+                outcome: sum(1 for p in properties if p["outcome"] == outcome)
+                for outcome in ("passed", "failed", "error", "skipped")
+            },
+            "properties": properties,
+        }
+        with open(self.path, "w", encoding="utf-8") as handle:
+            json.dump(document, handle, indent=2, sort_keys=True, default=str)
+            handle.write("\n")
