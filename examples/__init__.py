@@ -1,0 +1,1 @@
+"""Worked examples of pointing the conformance suite at an implementation."""
