@@ -1,0 +1,67 @@
+"""Golden vectors (conformance/golden/*.json): the implementation reproduces every stored result.
+
+The vectors were computed by the reference (``python -m conformance.golden``); a mismatch
+here is either a bug in the implementation or an unannounced change of the format.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conformance import golden
+from conformance.assertions import assert_int64_equal, fail
+
+FINGERPRINT = golden.load(golden.FINGERPRINT_FILE)
+WRITE_VERIFY = golden.load(golden.WRITE_VERIFY_FILE)
+
+
+def _repro(test: str, vector: dict, impl_name: str, device) -> str:
+    return "\n".join(
+        [
+            f"    pytest 'conformance/test_golden.py::{test}[{vector['id']}]' "
+            f"--canary-impl {impl_name} --canary-device {device}",
+            f"    (vector {vector['id']!r} of conformance/golden/, made by `{golden.COMMAND}`)",
+        ]
+    )
+
+
+def _skip_missing_dtypes(vector: dict) -> None:
+    missing = golden.missing_dtypes(vector)
+    if missing:
+        pytest.skip(f"torch {torch.__version__} has no {', '.join(missing)}")
+
+
+@pytest.mark.parametrize("vector", FINGERPRINT, ids=[v["id"] for v in FINGERPRINT])
+def test_fingerprint_vector(impl, impl_name, device, vector):
+    """fingerprint returns the stored hash of every slot of every golden vector, bit for bit."""
+    _skip_missing_dtypes(vector)
+    sources = [m.build(impl) for m in golden.materialize_sources(vector, device)]
+    slots = torch.tensor(vector["slots"], dtype=torch.int64, device=device)
+    got = impl.fingerprint(sources, slots, mode=impl.RealKvHashMode(vector["mode"]))
+    want = np.array([golden.from_hex64(h) for h in vector["hashes"]], dtype=np.int64)
+    assert_int64_equal(
+        got,
+        want,
+        call=f"golden vector {vector['id']} ({vector['what']}): "
+        f"fingerprint(mode={vector['mode']}, {len(sources)} sources)",
+        config=f"stored in conformance/golden/{golden.FINGERPRINT_FILE}",
+        repro=_repro("test_fingerprint_vector", vector, impl_name, device),
+        labels=[f"slot {s}" for s in vector["slots"]],
+    )
+
+
+@pytest.mark.write_verify
+@pytest.mark.parametrize("vector", WRITE_VERIFY, ids=[v["id"] for v in WRITE_VERIFY])
+def test_write_verify_vector(impl, impl_name, device, vector):
+    """After a golden scenario, the canary records, the stored ring rows, the write index after each step and both counters are the stored ones, and nothing else changed."""
+    _skip_missing_dtypes(vector)
+    got, stray = golden.implementation_write_verify(impl, vector, device)
+    problems = golden.differences(got, vector["expected"], vector) + stray
+    if problems:
+        fail(
+            f"golden vector {vector['id']} ({vector['what']}) differs from what the reference "
+            f"stored in conformance/golden/{golden.WRITE_VERIFY_FILE}:\n  " + "\n  ".join(problems),
+            repro=_repro("test_write_verify_vector", vector, impl_name, device),
+        )
