@@ -59,6 +59,7 @@ class Result:
     returncode: int | None  # None: killed by the gate's timeout
     first_failure: str | None  # node id of the first failed test, if any
     tail: str = ""  # the end of the run's output, kept for errors
+    failure_line: str = ""  # the first FAILED line of the summary: node id and message
 
     @property
     def as_expected(self) -> bool:
@@ -95,13 +96,13 @@ def child_environment() -> dict[str, str]:
     return env
 
 
+def _failed_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith("FAILED ")]
+
+
 def failed_tests(output: str) -> list[str]:
     """Node ids of the ``FAILED`` lines of a pytest run's short summary, in order."""
-    ids = []
-    for line in output.splitlines():
-        if line.startswith("FAILED "):
-            ids.append(line[len("FAILED ") :].split(" - ", 1)[0].strip())
-    return ids
+    return [line[len("FAILED ") :].split(" - ", 1)[0].strip() for line in _failed_lines(output)]
 
 
 def _summary_counts_failures(output: str) -> bool:
@@ -149,7 +150,10 @@ def run_target(target: Target, *, device: str | None, timeout_s: float) -> Resul
     seconds = time.perf_counter() - start
     outcome, first = classify(completed.returncode, completed.stdout)
     tail = _tail(completed.stdout) if outcome == ERROR else ""
-    return Result(target, outcome, seconds, completed.returncode, first, tail)
+    failed = _failed_lines(completed.stdout)
+    return Result(
+        target, outcome, seconds, completed.returncode, first, tail, failed[0] if failed else ""
+    )
 
 
 Runner = Callable[[Target], Result]

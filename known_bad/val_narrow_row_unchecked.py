@@ -1,0 +1,23 @@
+"""RealKvSource does not check that a row holds ``page_size * num_bytes_per_token`` bytes (as
+SGLang's CUDA path): breaks SPEC §3 rule 9.
+"""
+
+from canary import source
+from known_bad._mutate import export, patch_function
+
+patch_function(
+    source.RealKvSource,
+    "__post_init__",
+    (
+        """\
+    if row_bytes < needed:
+        raise ValueError(
+            f"{_PREFIX} row is too narrow for its slot layout: dim-1 is {row_bytes} bytes but "
+            f"page_size={page_size} x num_bytes_per_token={num_bytes_per_token} needs {needed}"
+        )
+""",
+        "",
+    ),
+)
+
+export(globals())
