@@ -82,13 +82,25 @@ def _device(config: pytest.Config):
 
     name = config.getoption("--canary-device") or os.environ.get("CANARY_DEVICE")
     if not name:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError as error:
-        raise pytest.UsageError(f"--canary-device {name!r}: {error}") from error
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise pytest.UsageError(f"--canary-device {name!r}: torch sees no CUDA/ROCm device")
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        try:
+            device = torch.device(name)
+        except RuntimeError as error:
+            raise pytest.UsageError(f"--canary-device {name!r}: {error}") from error
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise pytest.UsageError(f"--canary-device {name!r}: torch sees no CUDA/ROCm device")
+    # One GPU per pytest-xdist worker (gw<i> takes cuda:<i % count>) unless an index was
+    # given. Triton launches on the current device, so the worker's GPU is made current.
+    worker = getattr(config, "workerinput", {}).get("workerid", "")  # "gw0", "gw1", ...
+    if (
+        device.type == "cuda"
+        and device.index is None
+        and worker[:2] == "gw"
+        and worker[2:].isdigit()
+    ):
+        device = torch.device("cuda", int(worker[2:]) % torch.cuda.device_count())
+        torch.cuda.set_device(device)
     return device
 
 

@@ -11,7 +11,7 @@ with :func:`examples`, so the profile, not the test, decides how long a run take
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 CPU_SCALE = 0.5
 
@@ -21,6 +21,9 @@ settings.register_profile("dev", max_examples=100, deadline=None, **_COMMON)
 settings.register_profile(
     "ci",
     max_examples=200,
+    # no explain phase: on the interpreter it can take minutes per failure, and the failing
+    # example with its labelled draws already tells the story
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
     derandomize=True,
     deadline=None,
     database=None,

@@ -408,6 +408,22 @@ def test_launch_checks_source_cap(impl, device):
                 )
 
 
+def test_launch_checks_source_cap_comes_first(impl, device):
+    """With more than 4 sources the cap error wins over every other launch check (a source on another device)."""
+    here = torch.zeros(2, 64, dtype=torch.uint8, device=device)
+    elsewhere = torch.zeros(2, 64, dtype=torch.uint8, device="meta")
+    sources = [
+        impl.RealKvSource(tensor=t, page_size=2, num_bytes_per_token=32, read_bytes=32)
+        for t in (here, here, elsewhere, here, here)
+    ]
+    for slots in ([], [0, 99]):
+        with pytest.raises(ValueError) as caught:
+            impl.fingerprint(sources, slots_tensor(slots, device), mode=2)
+        assert str(caught.value) == (
+            "kv-canary: at most 4 RealKvSource entries supported by the CUDA ABI, got 5"
+        )
+
+
 def test_launch_checks_device(impl, device):
     """A source on another device than slot_indices raises ValueError naming the source index and both devices."""
     here = torch.zeros(2, 64, dtype=torch.uint8, device=device)

@@ -153,9 +153,28 @@ def five_sources(launch: Launch, device):
     launch.context["real_kv_sources"] = tuple(launch.context["real_kv_sources"]) * 5
 
 
+def five_sources_one_elsewhere(launch: Launch, device):
+    first = launch.context["real_kv_sources"][0]
+    elsewhere = type(first)(
+        tensor=torch.empty_like(first.tensor, device="meta"),
+        page_size=first.page_size,
+        num_bytes_per_token=first.num_bytes_per_token,
+        read_bytes=first.read_bytes,
+    )
+    launch.context["real_kv_sources"] = (first, first, elsewhere, first, first)
+
+
 # (id, launch kinds, break, exception, exact message or None, words the message must contain)
 CASES = [
     ("5 sources", "write verify", five_sources, ValueError, CAP_MESSAGE, ()),
+    (
+        "5 sources, one on another device",
+        "write verify",
+        five_sources_one_elsewhere,
+        ValueError,
+        CAP_MESSAGE,
+        (),
+    ),
     (
         "canary_buf strided",
         "write verify",
