@@ -84,8 +84,8 @@ FAST_FIRST = (
     "test_spec_vectors.py",
     "test_source_validation.py",
     "test_launch_validation.py",
-    "test_fingerprint.py",
     "test_golden.py",
+    "test_fingerprint.py",
     "test_write_verify.py",
 )
 

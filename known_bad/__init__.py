@@ -38,6 +38,7 @@ class Entry(NamedTuple):
 CORRECT = ("canary", "canary.torch_backend")
 
 _V, _A, _H, _L = "validation", "addressing", "hashing", "launch-checks"
+_C, _R, _K = "chain", "ring", "counters"
 
 # One line per entry, so that adding a mutant is adding a line.
 # fmt: off
@@ -72,5 +73,26 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("known_bad.launch_none_checks_slots", _L, "mode NONE still checks slot ranges"),
     Entry("known_bad.launch_slot_range_value_error", _L, "an out-of-range slot raises ValueError"),
     Entry("known_bad.launch_cap_after_device_check", _L, "the 4-source cap is checked after the device check"),
+    # SPEC §8: launch checks of write and verify
+    Entry("known_bad.launch_disabled_plan_index_checked", _L, "a disabled verify plan is index-checked"),
+    Entry("known_bad.launch_expected_tensors_unchecked", _L, "write takes expected tensors with the assert off"),
+    # SPEC §6-§7: the hash chain
+    Entry("known_bad.chain_slot0_verified", _C, "verify checks padding slot 0 instead of skipping it"),
+    Entry("known_bad.chain_prev0_is_anchor", _C, "prev slot 0 is taken as the anchor, not 'unchecked'"),
+    Entry("known_bad.chain_xor_then_mix", _C, "chain step is splitmix64(a ^ b ^ c), not mix3"),
+    Entry("known_bad.chain_real_kv_folded", _C, "write folds real_kv_hash into the chain"),
+    Entry("known_bad.chain_advances_on_expected", _C, "the chain advances on expected, not actual, values"),
+    Entry("known_bad.chain_position_assert_unseeded", _C, "the position assert runs for anchor-started requests"),
+    Entry("known_bad.chain_write_skips_slot0", _C, "write skips slot 0 as if it were padding"),
+    Entry("known_bad.chain_token_checked_without_flag", _C, "verify checks tokens with the flag off"),
+    # SPEC §5: the violation ring
+    Entry("known_bad.ring_wraps", _R, "the ring wraps around instead of filling once"),
+    Entry("known_bad.ring_index_stops_at_capacity", _R, "the write index stops at the capacity"),
+    # SPEC §6-§7: the run counters
+    Entry("known_bad.counters_num_valid_unclamped", _K, "verify_num_valid is not clamped to [0, cap]"),
+    Entry("known_bad.counters_skipped_entries_counted", _K, "slot_run_counter counts -1 entries"),
+    Entry("known_bad.counters_padding_not_counted", _K, "slot_run_counter leaves out padding entries"),
+    Entry("known_bad.counters_kernel_run_only_when_enabled", _K, "a disabled verify is not counted"),
+    Entry("known_bad.counters_kernel_run_per_request", _K, "kernel_run_counter counts write requests"),
 )
 # fmt: on

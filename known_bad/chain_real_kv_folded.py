@@ -1,0 +1,15 @@
+"""Write folds the slot's real-KV hash into the running chain: breaks SPEC §6 (the chain is
+``mix3(running, token, position)``; real_kv_hash is stored beside it, not chained)."""
+
+from known_bad._mutate import export, patch_kernels
+
+patch_kernels(
+    (
+        "running = splitmix64_mix3(running, as_u64(token), as_u64(position))",
+        "running = splitmix64_mix3(\n"
+        "                    running ^ as_u64(tl.load(real_kv_ptr + i)), as_u64(token), as_u64(position)\n"
+        "                )",
+    )
+)
+
+export(globals())

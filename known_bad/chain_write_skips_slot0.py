@@ -1,0 +1,8 @@
+"""Write treats slot 0 as padding and skips it: breaks SPEC §6 ("Slot 0 is written like any
+other"); only negative slots are skipped."""
+
+from known_bad._mutate import export, patch_kernels
+
+patch_kernels(("            if slot >= 0:\n", "            if slot > 0:\n"))
+
+export(globals())

@@ -1,0 +1,19 @@
+"""A disabled verify (enable == 0) does not count its launch: breaks SPEC §7
+("kernel_run_counter += 1 always")."""
+
+from known_bad._mutate import export, patch_kernels
+
+patch_kernels(
+    (
+        "    if pid == 0:\n"
+        "        tl.atomic_add(kernel_run_counter_ptr, 1)\n"
+        "        if enabled:\n"
+        "            tl.atomic_add(slot_run_counter_ptr, active)\n",
+        "    if pid == 0:\n"
+        "        if enabled:\n"
+        "            tl.atomic_add(kernel_run_counter_ptr, 1)\n"
+        "            tl.atomic_add(slot_run_counter_ptr, active)\n",
+    )
+)
+
+export(globals())
