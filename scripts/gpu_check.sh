@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# One pass over a lent GPU machine, in under 8 minutes:
+#
+#   1. environment: nvidia-smi, Python package versions, the GPU torch sees
+#   2. gpu-label:   scripts/check_gpu_type.py $GPU_LABEL (default cuda-h200)
+#   3. conformance: the conformance suite on cuda, ci profile (JSON report saved)
+#   4. tests:       the project's self-tests
+#   5. benchmarks:  the GPU benchmarks, short rounds (pytest-benchmark JSON saved), then a
+#                   compact GB/s table
+#
+# The machine has torch, Triton, Hypothesis, pytest and pytest-benchmark installed and no
+# network: nothing is installed, the system Python runs from the repository root with
+# PYTHONPATH at the repository root, and the conformance plugin is loaded with -p when no installed entry point
+# provides it. Results and full logs go to $OUT if set, else /tmp/gpu_check. Every stage
+# has its own time limit and a failing stage does not stop the next; the exit status is the
+# number of failed stages (0: all passed).
+#
+# Environment: OUT, GPU_LABEL, PYTHON (default: python, else python3), GPU_CHECK_BUDGET_S
+# (default 460: the whole run stays below that many seconds).
+set -uo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+results="${OUT:-/tmp/gpu_check}"
+mkdir -p "$results"
+py="${PYTHON:-$(command -v python || command -v python3)}"
+# the repository root, absolute, so that subprocesses started elsewhere import it too
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# no .pyc, no pytest cache left in the working tree of a borrowed machine
+export PYTHONDONTWRITEBYTECODE=1
+budget_end=$((SECONDS + ${GPU_CHECK_BUDGET_S:-460}))
+kill_after=10
+tail_lines=25
+failures=0
+summary=()
+
+# Where the project is not pip-installed, no entry point loads the suite's plugin: load it
+# by hand, through PYTEST_ADDOPTS so that pytest runs started by the tests get it too.
+if ! "$py" - <<'EOF'
+import importlib.metadata as metadata, sys
+entry_points = metadata.entry_points(group="pytest11")
+sys.exit(0 if any(ep.value == "conformance.plugin" for ep in entry_points) else 1)
+EOF
+then
+    export PYTEST_ADDOPTS="${PYTEST_ADDOPTS:+$PYTEST_ADDOPTS }-p conformance.plugin"
+fi
+
+# run_stage NAME LIMIT_S COMMAND...: run with a time limit (SIGINT first, so pytest still
+# writes its reports), full output to $results/NAME.log, its tail to the terminal.
+run_stage() {
+    local name=$1 limit=$2
+    shift 2
+    local left=$((budget_end - SECONDS - kill_after))
+    if [ "$left" -lt "$limit" ]; then limit=$left; fi
+    if [ "$limit" -lt 5 ]; then
+        echo "=== $name: SKIPPED, no time left in the budget"
+        summary+=("$(printf '%-12s %-10s %5s' "$name" "skipped" "-")")
+        failures=$((failures + 1))
+        return
+    fi
+    local log="$results/$name.log" start=$SECONDS status=0
+    echo "=== $name (limit ${limit}s): $*"
+    timeout --signal=INT --kill-after="$kill_after" "$limit" "$@" >"$log" 2>&1 || status=$?
+    tail -n "$tail_lines" "$log" | cut -c1-200
+    local verdict="passed"
+    if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
+        verdict="TIMEOUT"
+    elif [ "$status" -ne 0 ]; then
+        verdict="FAILED($status)"
+    fi
+    [ "$status" -eq 0 ] || failures=$((failures + 1))
+    summary+=("$(printf '%-12s %-10s %4ss' "$name" "$verdict" "$((SECONDS - start))")")
+    echo "=== $name: $verdict after $((SECONDS - start))s (log: $log)"
+}
+
+environment() {
+    if command -v nvidia-smi >/dev/null; then
+        nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.max.memory \
+            --format=csv
+    elif command -v rocm-smi >/dev/null; then
+        rocm-smi --showproductname --showdriverversion
+    else
+        echo "no nvidia-smi or rocm-smi on PATH"
+    fi
+    "$py" - <<'EOF'
+import importlib.metadata as metadata
+import platform
+
+for name in ("torch", "triton", "numpy", "hypothesis", "pytest", "pytest-benchmark",
+             "pytest-xdist"):
+    try:
+        version = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        version = "(not installed)"
+    print(f"{name:18} {version}")
+print(f"{'python':18} {platform.python_version()}")
+import torch
+
+print(f"torch.version.cuda {torch.version.cuda}  hip {getattr(torch.version, 'hip', None)}")
+print(f"cuda available     {torch.cuda.is_available()}, {torch.cuda.device_count()} device(s)")
+for index in range(torch.cuda.device_count()):
+    props = torch.cuda.get_device_properties(index)
+    print(f"cuda:{index}             {props.name}, sm {props.major}.{props.minor}, "
+          f"{props.total_memory / 2**30:.0f} GiB, {props.multi_processor_count} SMs")
+EOF
+}
+
+export py
+export -f environment
+run_stage environment 20 bash -c environment
+run_stage gpu-label 15 "$py" scripts/check_gpu_type.py "${GPU_LABEL:-cuda-h200}"
+run_stage conformance 190 "$py" -m pytest conformance -p no:cacheprovider -q \
+    --canary-device cuda --hypothesis-profile ci \
+    --canary-report "$results/conformance-report.json"
+run_stage tests 75 "$py" -m pytest tests -p no:cacheprovider -q
+run_stage benchmarks 130 "$py" -m pytest benchmarks -p no:cacheprovider -m gpu \
+    --bench-quick --benchmark-json "$results/gpu-bench.json" \
+    --benchmark-columns=min,median,max,rounds
+
+echo
+echo "=== GPU throughput ($results/gpu-bench.json)"
+if [ -s "$results/gpu-bench.json" ]; then
+    "$py" -m benchmarks.report "$results/gpu-bench.json" | cut -c1-160
+else
+    # on a GPU machine every GPU benchmark runs: none at all is a failure, not a pass
+    echo "no benchmark results were written"
+    failures=$((failures + 1))
+fi
+echo
+echo "=== summary (results and logs in $results)"
+printf '%s\n' "${summary[@]}"
+echo "failed stages: $failures"
+exit "$failures"
