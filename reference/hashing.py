@@ -79,6 +79,22 @@ def _splitmix64_int(x: int) -> int:
     return x ^ (x >> 31)
 
 
+def splitmix64_inplace(x: np.ndarray, scratch: np.ndarray) -> None:
+    """``x[:] = splitmix64(x)`` for a uint64 array, using ``scratch`` (same shape) for the shifts.
+
+    The same steps as :func:`splitmix64`, without temporaries: the fingerprint's fold runs it
+    once per word of every slot.
+    """
+    np.right_shift(x, _SHIFT_30, out=scratch)
+    x ^= scratch
+    x *= _MUL_1_U64  # uint64 arrays wrap silently, as the hash needs
+    np.right_shift(x, _SHIFT_27, out=scratch)
+    x ^= scratch
+    x *= _MUL_2_U64
+    np.right_shift(x, _SHIFT_31, out=scratch)
+    x ^= scratch
+
+
 def _splitmix64_array(x: np.ndarray) -> np.ndarray:
     # Shifts on uint64 are logical, which is what the finalizer needs; a signed dtype here
     # would shift arithmetically and give a different hash for every negative input.

@@ -8,9 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from reference.constants import MAX_REAL_KV_SOURCES, PARTIAL_READ_BYTES, RealKvHashMode
-from reference.hashing import splitmix64
-
-_WORD_BYTES = 8
+from reference.hashing import splitmix64, splitmix64_inplace
 
 
 @dataclass(frozen=True)
@@ -133,14 +131,23 @@ def _check_slots_in_range(slots: np.ndarray, src: Source, source_index: int) -> 
 
 def _fold_source(src: Source, slots: np.ndarray, read_bytes: int) -> np.ndarray:
     """Fold each slot's ``read_bytes`` window of ``src`` into one uint64 per slot."""
-    rows = slots // src.page_size
-    first_byte = (slots % src.page_size) * src.num_bytes_per_token
-    columns = first_byte[:, None] + np.arange(read_bytes, dtype=np.int64)[None, :]
-    # Fancy indexing gathers only the window bytes: holes, row gaps and bytes past
-    # read_bytes are never touched.
-    window = np.ascontiguousarray(src.data[rows[:, None], columns])
-    words = window.view("<u8")  # [num_slots, read_bytes // 8], little-endian on any host
+    data = src.data
+    row_stride, byte_stride = data.strides
+    # The read windows of every slot, as a view: [row, slot in page, byte of the window].
+    # Holes, row gaps and bytes past read_bytes are not part of it, so they are never read.
+    windows = np.lib.stride_tricks.as_strided(
+        data,
+        shape=(data.shape[0], src.page_size, read_bytes),
+        strides=(row_stride, src.num_bytes_per_token * byte_stride, byte_stride),
+        writeable=False,
+    )
+    rows, tokens = np.divmod(slots, src.page_size)
+    gathered = windows[rows, tokens]  # [num_slots, read_bytes]: a copy of the windows only
+    # little-endian u64 words on any host, one contiguous row per word index
+    words = np.ascontiguousarray(gathered.view("<u8").T.astype(np.uint64, copy=False))
     acc = np.zeros(slots.shape[0], dtype=np.uint64)
-    for word_index in range(read_bytes // _WORD_BYTES):
-        acc = splitmix64(acc ^ words[:, word_index].astype(np.uint64))
+    scratch = np.empty_like(acc)
+    for word in words:
+        acc ^= word
+        splitmix64_inplace(acc, scratch)
     return acc
