@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The project's own tests: lint, then the self-tests of canary, reference, strategies and
-# the suite itself (which includes running the suite on canary). Extra arguments go to pytest.
+# The project's own tests: lint; the known-bad gate (the conformance suite must pass on canary
+# and canary.torch_backend and fail on every known-bad module); then the self-tests of canary,
+# reference, strategies, the suite and the benchmarks' helpers. Extra arguments go to pytest.
 source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
 cd "$root"
 "$venv/bin/ruff" check .
 "$venv/bin/ruff" format --check .
+"$py" -m conformance.gate --jobs 2
 run_pytest tests "$@"
