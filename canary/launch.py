@@ -6,11 +6,13 @@ plan, so that no launch reads or writes outside its buffers.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 
 from ._runtime import kernels_for
-from .constants import CANARY_SLOT_BYTES, VIOLATION_FIELDS, CanaryLaunchTag
+from .constants import CANARY_SLOT_BYTES, VIOLATION_FIELDS, CanaryLaunchTag, RealKvHashMode
 from .plans import VerifyOrWriteContext, VerifyPlan, WritePlan
 from .real_kv_hash import (
     as_mode,
@@ -134,10 +136,20 @@ def _common_launch_args(context: VerifyOrWriteContext):
     )
 
 
-def launch_canary_verify_kernel(
-    *, context: VerifyOrWriteContext, plan: VerifyPlan, check_verify_expected_token: bool
-) -> None:
-    """Verify the canary records named by ``plan``; violations go to the context's ring."""
+@dataclass(frozen=True)
+class CheckedVerify:
+    """What the checks of a verify launch found out, for the launcher that runs it."""
+
+    device: torch.device
+    mode: RealKvHashMode
+    sources: tuple
+    capacity: int
+    enabled: bool
+    active: int  # clamp(verify_num_valid, 0, capacity); 0 when disabled
+
+
+def check_verify_launch(context: VerifyOrWriteContext, plan: VerifyPlan) -> CheckedVerify:
+    """Every SPEC §8 rule of a verify launch, in order; raises the first that is broken."""
     device, num_slots, mode, sources = _check_context(context)
     if not isinstance(plan, VerifyPlan):
         raise TypeError(f"kv-canary: plan must be a VerifyPlan, got {type(plan).__name__}")
@@ -150,7 +162,9 @@ def launch_canary_verify_kernel(
     _check_tensor("plan.verify_num_valid", plan.verify_num_valid, _INT32, (1,), device)
     _check_tensor("plan.enable", plan.enable, _INT32, (1,), device)
 
-    if int(plan.enable.item()) != 0:
+    enabled = int(plan.enable.item()) != 0
+    active = 0
+    if enabled:
         # A plan disabled for overflow leaves its entries unwritten: only an enabled one is read.
         active = min(max(int(plan.verify_num_valid.item()), 0), cap)
         host_slots = slots[:active].cpu()
@@ -159,18 +173,25 @@ def launch_canary_verify_kernel(
         _check_slots_below("plan.verify_prev_slot_indices", host_prev[host_prev >= 0], num_slots, 0)
         if mode and sources:
             check_slots_in_sources(sources, host_slots[host_slots != 0], "plan.verify_slot_indices")
+    return CheckedVerify(device, mode, sources, cap, enabled, active)
 
-    args, num_sources = source_args(sources, mode)
-    grid = (max(1, triton.cdiv(cap, VERIFY_BLOCK)),)
-    kernels_for(device).verify_kernel[grid](
+
+def launch_canary_verify_kernel(
+    *, context: VerifyOrWriteContext, plan: VerifyPlan, check_verify_expected_token: bool
+) -> None:
+    """Verify the canary records named by ``plan``; violations go to the context's ring."""
+    checked = check_verify_launch(context, plan)
+    args, num_sources = source_args(checked.sources, checked.mode)
+    grid = (max(1, triton.cdiv(checked.capacity, VERIFY_BLOCK)),)
+    kernels_for(checked.device).verify_kernel[grid](
         *_common_launch_args(context),
-        slots,
+        plan.verify_slot_indices,
         plan.verify_expected_tokens,
         plan.verify_expected_positions,
         plan.verify_prev_slot_indices,
         plan.verify_num_valid,
         plan.enable,
-        cap,
+        checked.capacity,
         *args,
         NUM_SOURCES=num_sources,
         CHECK_TOKEN=bool(check_verify_expected_token),
@@ -178,8 +199,21 @@ def launch_canary_verify_kernel(
     )
 
 
-def launch_canary_write_kernel(
-    *,
+@dataclass(frozen=True)
+class CheckedWrite:
+    """What the checks of a write launch found out, for the launcher that runs it."""
+
+    device: torch.device
+    mode: RealKvHashMode
+    sources: tuple
+    capacity: int
+    active: int  # clamp(write_num_valid_reqs, 0, capacity)
+    first: int  # the valid requests' entries are [first, last) of the token arrays
+    last: int
+    written_slots: torch.Tensor  # host int64: the slots >= 0 among those entries
+
+
+def check_write_launch(
     context: VerifyOrWriteContext,
     plan: WritePlan,
     input_ids: torch.Tensor,
@@ -188,8 +222,8 @@ def launch_canary_write_kernel(
     enable_write_input_assert: bool,
     expected_input_tokens: torch.Tensor | None,
     expected_input_positions: torch.Tensor | None,
-) -> None:
-    """Write the canary records of ``plan``'s requests, continuing each request's chain."""
+) -> CheckedWrite:
+    """Every SPEC §6/§8 rule of a write launch, in order; raises the first that is broken."""
     if isinstance(context, VerifyOrWriteContext):
         check_source_count(tuple(context.real_kv_sources))
     expected = (expected_input_tokens, expected_input_positions)
@@ -216,16 +250,8 @@ def launch_canary_write_kernel(
     _check_tensor("input_ids", input_ids, _TOKEN_DTYPES, (num_entries,), device)
     _check_tensor("positions", positions, _TOKEN_DTYPES, (num_entries,), device)
     if enable_write_input_assert:
-        _check_tensor(
-            "expected_input_tokens", expected_input_tokens, _TOKEN_DTYPES, (num_entries,), device
-        )
-        _check_tensor(
-            "expected_input_positions",
-            expected_input_positions,
-            _TOKEN_DTYPES,
-            (num_entries,),
-            device,
-        )
+        for name, tensor in zip(("expected_input_tokens", "expected_input_positions"), expected):
+            _check_tensor(name, tensor, _TOKEN_DTYPES, (num_entries,), device)
 
     active = min(max(int(plan.write_num_valid_reqs.item()), 0), cap)
     bounds = [int(v) for v in offsets[: active + 1].cpu()]
@@ -239,31 +265,57 @@ def launch_canary_write_kernel(
     first, last = (bounds[0], bounds[-1]) if active else (0, 0)
     host_seeds = seeds[:active].cpu()
     _check_slots_below("plan.write_seed_slot_indices", host_seeds[host_seeds >= 0], num_slots, 0)
-    written_slots = loc[first:last].to(torch.int64)
-    host_written = written_slots.cpu()
+    host_written = loc[first:last].to(torch.int64).cpu()
     host_written = host_written[host_written >= 0]
     _check_slots_below("out_cache_loc", host_written, num_slots, 0)
-
-    real_kv = torch.zeros(num_entries, dtype=torch.int64, device=device)
     if mode and sources:
         check_slots_in_sources(sources, host_written, "out_cache_loc")
+    return CheckedWrite(device, mode, sources, cap, active, first, last, host_written)
+
+
+def launch_canary_write_kernel(
+    *,
+    context: VerifyOrWriteContext,
+    plan: WritePlan,
+    input_ids: torch.Tensor,
+    positions: torch.Tensor,
+    out_cache_loc: torch.Tensor,
+    enable_write_input_assert: bool,
+    expected_input_tokens: torch.Tensor | None,
+    expected_input_positions: torch.Tensor | None,
+) -> None:
+    """Write the canary records of ``plan``'s requests, continuing each request's chain."""
+    checked = check_write_launch(
+        context,
+        plan,
+        input_ids,
+        positions,
+        out_cache_loc,
+        enable_write_input_assert,
+        expected_input_tokens,
+        expected_input_positions,
+    )
+    device, first, last = checked.device, checked.first, checked.last
+    real_kv = torch.zeros(out_cache_loc.shape[0], dtype=torch.int64, device=device)
+    if checked.mode and checked.sources:
         # Hash every written slot in parallel first; the chain kernel then only walks the chain.
-        launch_fingerprint(real_kv[first:last], written_slots, sources, mode)
+        written_slots = out_cache_loc[first:last].to(torch.int64)
+        launch_fingerprint(real_kv[first:last], written_slots, checked.sources, checked.mode)
 
     if enable_write_input_assert:
         want_tokens, want_positions = expected_input_tokens, expected_input_positions
     else:
         want_tokens, want_positions = input_ids, positions  # never read
-    kernels_for(device).write_kernel[(max(cap, 1),)](
+    kernels_for(device).write_kernel[(max(checked.capacity, 1),)](
         *_common_launch_args(context),
         context.enable_chain_position_assert,
-        offsets,
-        seeds,
+        plan.write_offsets,
+        plan.write_seed_slot_indices,
         plan.write_num_valid_reqs,
-        cap,
+        checked.capacity,
         input_ids,
         positions,
-        loc,
+        out_cache_loc,
         real_kv,
         want_tokens,
         want_positions,

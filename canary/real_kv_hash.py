@@ -112,6 +112,35 @@ def launch_fingerprint(
     )
 
 
+def check_fingerprint_args(
+    sources: Sequence[RealKvSource], slot_indices: torch.Tensor, mode: RealKvHashMode | int
+) -> tuple[tuple[RealKvSource, ...], torch.Tensor, RealKvHashMode]:
+    """SPEC §4's launch checks, in order, and the arguments in the form a launch uses:
+    the sources as a tuple, the slots as a contiguous int64 tensor, the mode as the enum."""
+    sources = tuple(sources)
+    check_source_count(sources)  # SPEC §4: the first launch check, whatever else is wrong
+    mode = as_mode(mode)
+    if not isinstance(slot_indices, torch.Tensor):
+        raise TypeError(
+            f"kv-canary: slot_indices must be a torch.Tensor, got {type(slot_indices).__name__}"
+        )
+    if (
+        slot_indices.ndim != 1
+        or slot_indices.dtype.is_floating_point
+        or slot_indices.is_complex()
+        or slot_indices.dtype == torch.bool
+    ):
+        raise ValueError(
+            "kv-canary: slot_indices must be a 1-D integer tensor, got "
+            f"shape {tuple(slot_indices.shape)} of {slot_indices.dtype}"
+        )
+    check_sources(sources, slot_indices.device, "slot_indices")
+    slots = slot_indices.to(torch.int64).contiguous()
+    if mode != RealKvHashMode.NONE and sources:
+        check_slots_in_sources(sources, slots.cpu())
+    return sources, slots, mode
+
+
 def fingerprint(
     sources: Sequence[RealKvSource],
     slot_indices: torch.Tensor,
@@ -124,24 +153,7 @@ def fingerprint(
     (``acc = splitmix64(acc ^ w)``), and the per-source folds are combined in tuple order
     (``h = splitmix64(h ^ fold)``). Mode NONE, or no sources, gives zeros and reads nothing.
     """
-    sources = tuple(sources)
-    check_source_count(sources)  # SPEC §4: the first launch check, whatever else is wrong
-    mode = as_mode(mode)
-    if not isinstance(slot_indices, torch.Tensor):
-        raise TypeError(
-            f"kv-canary: slot_indices must be a torch.Tensor, got {type(slot_indices).__name__}"
-        )
-    if slot_indices.ndim != 1 or slot_indices.dtype.is_floating_point or slot_indices.is_complex():
-        raise ValueError(
-            "kv-canary: slot_indices must be a 1-D integer tensor, got "
-            f"shape {tuple(slot_indices.shape)} of {slot_indices.dtype}"
-        )
-    if slot_indices.dtype == torch.bool:
-        raise ValueError("kv-canary: slot_indices must be a 1-D integer tensor, got torch.bool")
-    check_sources(sources, slot_indices.device, "slot_indices")
-    slots = slot_indices.to(torch.int64).contiguous()
-    if mode != RealKvHashMode.NONE and sources:
-        check_slots_in_sources(sources, slots.cpu())
+    sources, slots, mode = check_fingerprint_args(sources, slot_indices, mode)
     out = torch.zeros(slots.numel(), dtype=torch.int64, device=slots.device)
     launch_fingerprint(out, slots, sources, mode)
     return out

@@ -30,9 +30,9 @@ from .constants import (
     FailReason,
     RealKvHashMode,
 )
-from .launch import _check_context, _check_slots_below, _check_tensor
+from .launch import check_verify_launch, check_write_launch
 from .plans import VerifyOrWriteContext, VerifyPlan, WritePlan
-from .real_kv_hash import as_mode, check_slots_in_sources, check_source_count, check_sources
+from .real_kv_hash import check_fingerprint_args
 from .source import RealKvSource
 
 __all__ = [
@@ -54,9 +54,6 @@ __all__ = [
     "launch_canary_write_kernel",
 ]
 
-_INT64 = (torch.int64,)
-_INT32 = (torch.int32,)
-_TOKEN_DTYPES = (torch.int64, torch.int32)
 
 _WRITE_TOKEN = int(FailReason.WRITE_TOKEN_MISMATCH)
 _WRITE_POSITION = int(FailReason.WRITE_POSITION_MISMATCH)
@@ -77,23 +74,7 @@ def fingerprint(
     Each source's window is gathered for all slots at once and folded word by word, all
     slots in parallel. Mode NONE, or no sources, gives zeros and reads nothing.
     """
-    mode = as_mode(mode)
-    sources = tuple(sources)
-    if not isinstance(slot_indices, torch.Tensor):
-        raise TypeError(
-            f"kv-canary: slot_indices must be a torch.Tensor, got {type(slot_indices).__name__}"
-        )
-    if slot_indices.ndim != 1 or slot_indices.dtype.is_floating_point or slot_indices.is_complex():
-        raise ValueError(
-            "kv-canary: slot_indices must be a 1-D integer tensor, got "
-            f"shape {tuple(slot_indices.shape)} of {slot_indices.dtype}"
-        )
-    if slot_indices.dtype == torch.bool:
-        raise ValueError("kv-canary: slot_indices must be a 1-D integer tensor, got torch.bool")
-    check_sources(sources, slot_indices.device, "slot_indices")
-    slots = slot_indices.to(torch.int64)
-    if mode != RealKvHashMode.NONE and sources:
-        check_slots_in_sources(sources, slots.cpu())
+    sources, slots, mode = check_fingerprint_args(sources, slot_indices, mode)
     return ops.fingerprint_slots(sources, slots, mode)
 
 
@@ -122,31 +103,12 @@ def launch_canary_verify_kernel(
 
     All entries are checked at once; rows reach the ring in plan order.
     """
-    device, num_slots, mode, sources = _check_context(context)
-    if not isinstance(plan, VerifyPlan):
-        raise TypeError(f"kv-canary: plan must be a VerifyPlan, got {type(plan).__name__}")
-    slots = _check_tensor(
-        "plan.verify_slot_indices", plan.verify_slot_indices, _INT64, (None,), device
-    )
-    cap = slots.shape[0]
-    for name in ("verify_expected_tokens", "verify_expected_positions", "verify_prev_slot_indices"):
-        _check_tensor(f"plan.{name}", getattr(plan, name), _INT64, (cap,), device)
-    _check_tensor("plan.verify_num_valid", plan.verify_num_valid, _INT32, (1,), device)
-    _check_tensor("plan.enable", plan.enable, _INT32, (1,), device)
-
-    enabled = int(plan.enable.item()) != 0
-    active = min(max(int(plan.verify_num_valid.item()), 0), cap)
-    checked = torch.zeros(0, dtype=torch.int64, device=device)
-    if enabled:
-        # A plan disabled for overflow leaves its entries unwritten: only an enabled one is read.
-        host_slots = slots[:active].cpu()
-        host_prev = plan.verify_prev_slot_indices[:active].cpu()
-        _check_slots_below("plan.verify_slot_indices", host_slots, num_slots, 0)
-        _check_slots_below("plan.verify_prev_slot_indices", host_prev[host_prev >= 0], num_slots, 0)
-        if mode and sources:
-            check_slots_in_sources(sources, host_slots[host_slots != 0], "plan.verify_slot_indices")
-        # Slot 0 is the padding slot: counted below, but never checked, so its KV is never read.
-        checked = torch.nonzero(slots[:active] != TOKEN_TO_KV_SLOT_PADDING).flatten()
+    checked_launch = check_verify_launch(context, plan)
+    mode, sources = checked_launch.mode, checked_launch.sources
+    enabled, active = checked_launch.enabled, checked_launch.active
+    slots = plan.verify_slot_indices
+    # Slot 0 is the padding slot: counted below, but never checked, so its KV is never read.
+    checked = torch.nonzero(slots[:active] != TOKEN_TO_KV_SLOT_PADDING).flatten()
 
     # Checks are over: from here on the launch only mutates state.
     context.kernel_run_counter.add_(1)
@@ -213,60 +175,19 @@ def launch_canary_write_kernel(
     every request at once (one step per entry of the longest request); fingerprints, asserts
     and stores are computed for all entries at once. Rows reach the ring in plan order.
     """
-    if isinstance(context, VerifyOrWriteContext):
-        check_source_count(tuple(context.real_kv_sources))
-    expected = (expected_input_tokens, expected_input_positions)
-    if enable_write_input_assert:
-        if any(t is None for t in expected):
-            raise ValueError(
-                "kv-canary: expected input tensors are required when enable_write_input_assert=True"
-            )
-    elif any(t is not None for t in expected):
-        raise ValueError(
-            "kv-canary: expected input tensors must be None when enable_write_input_assert=False"
-        )
-    device, num_slots, mode, sources = _check_context(context)
-    if not isinstance(plan, WritePlan):
-        raise TypeError(f"kv-canary: plan must be a WritePlan, got {type(plan).__name__}")
-    seeds = _check_tensor(
-        "plan.write_seed_slot_indices", plan.write_seed_slot_indices, _INT64, (None,), device
+    checked = check_write_launch(
+        context,
+        plan,
+        input_ids,
+        positions,
+        out_cache_loc,
+        enable_write_input_assert,
+        expected_input_tokens,
+        expected_input_positions,
     )
-    cap = seeds.shape[0]
-    offsets = _check_tensor("plan.write_offsets", plan.write_offsets, _INT64, (cap + 1,), device)
-    _check_tensor("plan.write_num_valid_reqs", plan.write_num_valid_reqs, _INT32, (1,), device)
-    loc = _check_tensor("out_cache_loc", out_cache_loc, _TOKEN_DTYPES, (None,), device)
-    num_entries = loc.shape[0]
-    _check_tensor("input_ids", input_ids, _TOKEN_DTYPES, (num_entries,), device)
-    _check_tensor("positions", positions, _TOKEN_DTYPES, (num_entries,), device)
-    if enable_write_input_assert:
-        _check_tensor(
-            "expected_input_tokens", expected_input_tokens, _TOKEN_DTYPES, (num_entries,), device
-        )
-        _check_tensor(
-            "expected_input_positions",
-            expected_input_positions,
-            _TOKEN_DTYPES,
-            (num_entries,),
-            device,
-        )
-
-    active = min(max(int(plan.write_num_valid_reqs.item()), 0), cap)
-    bounds = [int(v) for v in offsets[: active + 1].cpu()]
-    if active and (
-        bounds[0] < 0 or bounds[-1] > num_entries or any(a > b for a, b in zip(bounds, bounds[1:]))
-    ):
-        raise ValueError(
-            f"kv-canary: plan.write_offsets must be non-decreasing within [0, {num_entries}] "
-            f"for the {active} valid requests, got {bounds}"
-        )
-    first, last = (bounds[0], bounds[-1]) if active else (0, 0)
-    host_seeds = seeds[:active].cpu()
-    _check_slots_below("plan.write_seed_slot_indices", host_seeds[host_seeds >= 0], num_slots, 0)
-    host_loc = loc[first:last].to(torch.int64).cpu()
-    host_written = host_loc[host_loc >= 0]
-    _check_slots_below("out_cache_loc", host_written, num_slots, 0)
-    if mode and sources:
-        check_slots_in_sources(sources, host_written, "out_cache_loc")
+    device, mode, sources = checked.device, checked.mode, checked.sources
+    active, first, last = checked.active, checked.first, checked.last
+    seeds, offsets, loc = plan.write_seed_slot_indices, plan.write_offsets, out_cache_loc
 
     # Checks are over: from here on the launch only mutates state.
     context.kernel_run_counter.add_(1)

@@ -5,7 +5,9 @@ from canary import launch
 from known_bad._mutate import export, patch_function
 
 patch_function(
-    launch, "launch_canary_verify_kernel", ("if int(plan.enable.item()) != 0:", "if True:")
+    launch,
+    "check_verify_launch",
+    ("    if enabled:\n        # A plan disabled", "    if True:\n        # A plan disabled"),
 )
 
 export(globals())

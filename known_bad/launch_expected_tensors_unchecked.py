@@ -6,7 +6,7 @@ from known_bad._mutate import export, patch_function
 
 patch_function(
     launch,
-    "launch_canary_write_kernel",
+    "check_write_launch",
     ("    elif any(t is not None for t in expected):\n", "    elif False:\n"),
 )
 

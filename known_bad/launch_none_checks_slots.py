@@ -6,7 +6,9 @@ from canary import real_kv_hash
 from known_bad._mutate import export, patch_function
 
 patch_function(
-    real_kv_hash, "fingerprint", ("if mode != RealKvHashMode.NONE and sources:", "if sources:")
+    real_kv_hash,
+    "check_fingerprint_args",
+    ("if mode != RealKvHashMode.NONE and sources:", "if sources:"),
 )
 
 export(globals())

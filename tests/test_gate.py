@@ -170,11 +170,18 @@ def test_results_keep_catalogue_order_whatever_finishes_first():
 
 
 def test_command_and_environment():
-    """Each run is the suite on one module, -x, no cache, with CI=true and the repo importable."""
+    """Each run is the whole suite (quick modules first) on one module, -x, no cache, with
+    CI=true and the repo importable."""
     command = gate.pytest_command("known_bad.x", "cuda:1")
     assert command[:3] == [sys.executable, "-m", "pytest"]
-    for part in ("conformance", "-q", "-x", "no:cacheprovider"):
+    for part in ("-q", "-x", "no:cacheprovider"):
         assert part in command
+    modules = [part for part in command if part.startswith("conformance/")]
+    on_disk = sorted(
+        f"conformance/{p.name}" for p in (gate.REPO_ROOT / "conformance").glob("test_*.py")
+    )
+    assert sorted(modules) == on_disk, "every suite module runs, each once"
+    assert modules[0] == "conformance/test_spec_vectors.py"
     assert command[command.index("--canary-impl") + 1] == "known_bad.x"
     assert command[command.index("--canary-device") + 1] == "cuda:1"
     assert "--canary-device" not in gate.pytest_command("canary")
