@@ -55,6 +55,26 @@ def splitmix64_mix3(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.
     return splitmix64(h)
 
 
+_U64 = (1 << 64) - 1
+
+
+def splitmix64_int(x: int) -> int:
+    """splitmix64 of a Python int taken mod 2**64, as an unsigned Python int.
+
+    For chains too narrow to vectorise: one Python step costs far less than a tensor op.
+    """
+    x &= _U64
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & _U64
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & _U64
+    return x ^ (x >> 31)
+
+
+def splitmix64_mix3_int(a: int, b: int, c: int) -> int:
+    return splitmix64_int(splitmix64_int(splitmix64_int(a) ^ (b & _U64)) ^ (c & _U64))
+
+
 ANCHOR_HASH = as_int64_bits(
     int(splitmix64(torch.tensor([as_int64_bits(CANARY_CHAIN_ANCHOR)], dtype=torch.int64)))
 )

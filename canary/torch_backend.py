@@ -269,7 +269,9 @@ def _walk_chains(
     """The chain value before each kept entry, requests advancing side by side.
 
     Step ``j`` handles the ``j``-th kept entry of every request that has one; requests are
-    ordered longest first so that those still running are a prefix.
+    ordered longest first so that those still running are a prefix. Once a single request
+    still runs (the tail of a long prefill, say), it is finished with Python integers: a
+    tensor op per step would cost more than the step itself.
     """
     running = torch.empty_like(token)
     order = torch.argsort(kept_per_request, descending=True, stable=True)
@@ -280,8 +282,31 @@ def _walk_chains(
     for step in range(lengths[0] if lengths else 0):
         while lengths[still_running - 1] <= step:
             still_running -= 1
+        if still_running <= _SERIAL_REQUESTS:
+            _finish_serially(running, chain, starts, lengths, step, still_running, token, pos)
+            break
         entries = starts[:still_running] + step
         current = chain[:still_running]
         running[entries] = current
         chain[:still_running] = ops.splitmix64_mix3(current, token[entries], pos[entries])
     return running
+
+
+_SERIAL_REQUESTS = 1  # when only this many requests still run, they are walked one by one
+
+
+def _finish_serially(running, chain, starts, lengths, step, still_running, token, pos) -> None:
+    """Walk the remaining entries (from ``step`` on) of the first ``still_running`` requests."""
+    tokens, positions = token.tolist(), pos.tolist()
+    entries: list[int] = []
+    values: list[int] = []
+    for request in range(still_running):
+        value = int(chain[request])
+        start = int(starts[request])
+        for k in range(step, lengths[request]):
+            entry = start + k
+            entries.append(entry)
+            values.append(ops.as_int64_bits(value))
+            value = ops.splitmix64_mix3_int(value, tokens[entry], positions[entry])
+    index = torch.tensor(entries, dtype=torch.int64, device=running.device)
+    running[index] = torch.tensor(values, dtype=torch.int64, device=running.device)
