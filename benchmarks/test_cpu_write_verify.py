@@ -19,16 +19,7 @@ NUM_SOURCES = 2
 READ_BYTES = 128
 MODE = reference.RealKvHashMode.ALL
 
-SCENARIOS = {
-    "decode-1": lambda layout: workloads.decode(layout, 1, seed=1),
-    "decode-64": lambda layout: workloads.decode(layout, 64, seed=2),
-    "decode-1024": lambda layout: workloads.decode(layout, 1024, seed=3),
-    "prefill-1x4096": lambda layout: workloads.prefill(layout, 1, 4096, seed=4),
-    "prefill-8x512": lambda layout: workloads.prefill(layout, 8, 512, seed=5),
-    "sweep-8x1024": lambda layout: workloads.sweep(
-        "sweep-8x1024", layout, num_requests=8, length=1024, seed=6
-    ),
-}
+SCENARIOS = workloads.engine_scenarios(sweep_requests=8, sweep_length=1024)
 WRITE_SCENARIOS = [name for name in SCENARIOS if not name.startswith("sweep")]
 IMPLS = ("torch_backend", "reference")
 

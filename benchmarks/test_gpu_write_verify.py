@@ -21,16 +21,7 @@ READ_BYTES = 256
 MODE = canary.RealKvHashMode.ALL
 TARGET_READ_RATIO = 2.0
 
-SCENARIOS = {
-    "decode-1": lambda layout: workloads.decode(layout, 1, seed=1),
-    "decode-64": lambda layout: workloads.decode(layout, 64, seed=2),
-    "decode-1024": lambda layout: workloads.decode(layout, 1024, seed=3),
-    "prefill-1x4096": lambda layout: workloads.prefill(layout, 1, 4096, seed=4),
-    "prefill-8x512": lambda layout: workloads.prefill(layout, 8, 512, seed=5),
-    "sweep-256x4096": lambda layout: workloads.sweep(
-        "sweep-256x4096", layout, num_requests=256, length=4096, seed=6
-    ),
-}
+SCENARIOS = workloads.engine_scenarios(sweep_requests=256, sweep_length=4096)
 WRITE_SCENARIOS = [name for name in SCENARIOS if not name.startswith("sweep")]
 
 

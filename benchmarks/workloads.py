@@ -451,3 +451,20 @@ def verify_bytes_read(batch: VerifyBatch, window_bytes: Sequence[int]) -> int:
     with_prev = checked & (batch.prev_slots > 0)
     per_entry = 4 * WORD_BYTES + RECORD_BYTES + sum(window_bytes)
     return int(checked.sum()) * per_entry + int(with_prev.sum()) * CHAIN_FIELDS_BYTES
+
+
+def engine_scenarios(*, sweep_requests: int, sweep_length: int) -> dict:
+    """The write/verify scenarios of the kind engines run, by name: decode batches of 1, 64
+    and 1024 requests, prefill chunks of 4096 tokens (1 x 4096, 8 x 512), and one sweep of
+    ``sweep_requests`` x ``sweep_length`` entries (verify only)."""
+    name = f"sweep-{sweep_requests}x{sweep_length}"
+    return {
+        "decode-1": lambda layout: decode(layout, 1, seed=1),
+        "decode-64": lambda layout: decode(layout, 64, seed=2),
+        "decode-1024": lambda layout: decode(layout, 1024, seed=3),
+        "prefill-1x4096": lambda layout: prefill(layout, 1, 4096, seed=4),
+        "prefill-8x512": lambda layout: prefill(layout, 8, 512, seed=5),
+        name: lambda layout: sweep(
+            name, layout, num_requests=sweep_requests, length=sweep_length, seed=6
+        ),
+    }
