@@ -48,9 +48,10 @@ class RealKvSource:
             value = getattr(self, field)
             if not _is_int(value):
                 raise TypeError(f"{_PREFIX}.{field} must be an int, got {type(value).__name__}")
-        page_size = self.page_size
-        num_bytes_per_token = self.num_bytes_per_token
-        read_bytes = self.read_bytes
+        # numpy integers are valid values, but their arithmetic wraps at their own width
+        page_size = int(self.page_size)
+        num_bytes_per_token = int(self.num_bytes_per_token)
+        read_bytes = int(self.read_bytes)
         if page_size < 1:
             raise ValueError(f"{_PREFIX}.page_size must be >= 1, got {page_size}")
         if num_bytes_per_token <= 0 or num_bytes_per_token % 16 != 0:

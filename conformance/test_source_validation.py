@@ -242,15 +242,31 @@ def check_case(impl, case, device):
         )
 
 
+INT_TYPES = (int, np.int64, np.int32, np.uint16, np.int8)
+
+
 @examples(1.0)
-@given(layout=st_kv.source_layouts(**profiles.layout_sizes(), fills=("dense",)))
-def test_valid_configs_are_accepted(impl, device, layout):
-    """Every valid generated layout constructs, keeping its tensor (not a copy) and its ints."""
+@given(
+    layout=st_kv.source_layouts(**profiles.layout_sizes(), fills=("dense",)),
+    int_types=st.tuples(*[st.sampled_from(INT_TYPES)] * 3),
+)
+def test_valid_configs_are_accepted(impl, device, layout, int_types):
+    """Every valid generated layout constructs, with Python or numpy integers, keeping its tensor (not a copy) and its ints."""
     m = st_kv.materialize(layout, device)
+    names = ("page_size", "num_bytes_per_token", "read_bytes")
+    values = {
+        name: kind(value)
+        for name, kind, value in zip(names, int_types, m.kwargs().values(), strict=True)
+        if kind is int or value <= np.iinfo(kind).max
+    }
+    kwargs = {**m.kwargs(), **values}
     try:
-        source = m.build(impl)
+        source = impl.RealKvSource(tensor=m.tensor, **kwargs)
     except Exception as caught:  # noqa: BLE001
-        fail(f"a valid source was refused: {type(caught).__name__}: {caught}", config=repr(layout))
+        fail(
+            f"a valid source was refused: {type(caught).__name__}: {caught}",
+            config=f"{layout!r} with {', '.join(f'{k}={v!r}' for k, v in kwargs.items())}",
+        )
     assert source.tensor is m.tensor
     assert (source.page_size, source.num_bytes_per_token, source.read_bytes) == (
         layout.page_size,

@@ -59,6 +59,7 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("known_bad.addr_page_mapping_modulo", _A, "row = s % page_size instead of s // page_size"),
     Entry("known_bad.addr_int32_row_offset", _A, "the row's byte offset wraps to int32"),
     Entry("known_bad.addr_storage_offset_ignored", _A, "base address is the storage's start, not data_ptr()"),
+    Entry("known_bad.addr_stride_in_elements", _A, "row stride taken in elements, not bytes"),
     Entry("known_bad.addr_col_from_read_bytes", _A, "slot column = (s % page_size) * read_bytes"),
     # SPEC §2, §4: the hash
     Entry("known_bad.hash_partial_reads_read_bytes", _H, "PARTIAL reads read_bytes instead of 16"),
