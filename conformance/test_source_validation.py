@@ -146,6 +146,15 @@ CASES = [
         "page_size=2 x num_bytes_per_token=32 needs 64",
     ),
     (
+        # 16 x 64 wraps to 0 in int8 arithmetic: the check must not be fooled into accepting
+        "row too narrow, int8 sizes",
+        lambda d: aligned(d, 1024).view(2, 512),
+        {"page_size": np.int8(16), "num_bytes_per_token": np.int8(64), "read_bytes": np.int8(16)},
+        ValueError,
+        f"{P} row is too narrow for its slot layout: dim-1 is 512 bytes but "
+        "page_size=16 x num_bytes_per_token=64 needs 1024",
+    ),
+    (
         "data_ptr % 16 == 4",
         lambda d: aligned(d, 128, offset=4).view(torch.int32).view(2, 16),
         {},
