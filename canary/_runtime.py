@@ -101,8 +101,22 @@ def kernels_for(device: torch.device) -> types.SimpleNamespace:
     )
 
 
+def launch_kernel(device: torch.device, name: str, grid: tuple, *args, **kwargs) -> None:
+    """Launch kernel ``name`` for tensors on ``device``, over ``grid``.
+
+    Compiled Triton launches on the *current* CUDA device, not on the device of its
+    arguments, so a launch for ``cuda:1`` runs with ``cuda:1`` made current.
+    """
+    kernel = getattr(kernels_for(device), name)
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            kernel[grid](*args, **kwargs)
+    else:
+        kernel[grid](*args, **kwargs)
+
+
 def is_interpreted(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
-__all__ = ["is_interpreted", "kernels_for", "use_kernel_module"]
+__all__ = ["is_interpreted", "kernels_for", "launch_kernel", "use_kernel_module"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from ._runtime import kernels_for
+from ._runtime import launch_kernel
 
 _BLOCK = 128
 
@@ -20,7 +20,9 @@ def _launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, mix3: bool) -> to
     out = torch.empty_like(a)
     if a.numel():
         grid = (triton.cdiv(a.numel(), _BLOCK),)
-        kernels_for(a.device).hash_kernel[grid](out, a, b, c, a.numel(), MIX3=mix3, BLOCK=_BLOCK)
+        launch_kernel(
+            a.device, "hash_kernel", grid, out, a, b, c, a.numel(), MIX3=mix3, BLOCK=_BLOCK
+        )
     return out
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from ._runtime import kernels_for
+from ._runtime import launch_kernel
 from .constants import CANARY_SLOT_BYTES, VIOLATION_FIELDS, CanaryLaunchTag, RealKvHashMode
 from .plans import VerifyOrWriteContext, VerifyPlan, WritePlan
 from .real_kv_hash import (
@@ -183,7 +183,10 @@ def launch_canary_verify_kernel(
     checked = check_verify_launch(context, plan)
     args, num_sources = source_args(checked.sources, checked.mode)
     grid = (max(1, triton.cdiv(checked.capacity, VERIFY_BLOCK)),)
-    kernels_for(checked.device).verify_kernel[grid](
+    launch_kernel(
+        checked.device,
+        "verify_kernel",
+        grid,
         *_common_launch_args(context),
         plan.verify_slot_indices,
         plan.verify_expected_tokens,
@@ -254,6 +257,8 @@ def check_write_launch(
             _check_tensor(name, tensor, _TOKEN_DTYPES, (num_entries,), device)
 
     active = min(max(int(plan.write_num_valid_reqs.item()), 0), cap)
+    host_seeds = seeds[:active].cpu()
+    _check_slots_below("plan.write_seed_slot_indices", host_seeds[host_seeds >= 0], num_slots, 0)
     bounds = [int(v) for v in offsets[: active + 1].cpu()]
     if active and (
         bounds[0] < 0 or bounds[-1] > num_entries or any(a > b for a, b in zip(bounds, bounds[1:]))
@@ -263,8 +268,6 @@ def check_write_launch(
             f"for the {active} valid requests, got {bounds}"
         )
     first, last = (bounds[0], bounds[-1]) if active else (0, 0)
-    host_seeds = seeds[:active].cpu()
-    _check_slots_below("plan.write_seed_slot_indices", host_seeds[host_seeds >= 0], num_slots, 0)
     host_written = loc[first:last].to(torch.int64).cpu()
     host_written = host_written[host_written >= 0]
     _check_slots_below("out_cache_loc", host_written, num_slots, 0)
@@ -306,7 +309,10 @@ def launch_canary_write_kernel(
         want_tokens, want_positions = expected_input_tokens, expected_input_positions
     else:
         want_tokens, want_positions = input_ids, positions  # never read
-    kernels_for(device).write_kernel[(max(checked.capacity, 1),)](
+    launch_kernel(
+        device,
+        "write_kernel",
+        (max(checked.capacity, 1),),
         *_common_launch_args(context),
         context.enable_chain_position_assert,
         plan.write_offsets,

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 import triton
 
-from ._runtime import kernels_for
+from ._runtime import launch_kernel
 from .constants import MAX_REAL_KV_SOURCES, PARTIAL_READ_BYTES, RealKvHashMode
 from .source import RealKvSource
 
@@ -72,8 +72,8 @@ def check_slots_in_sources(
 def source_args(sources: Sequence[RealKvSource], mode: RealKvHashMode) -> tuple[list[int], int]:
     """Flat kernel arguments for up to four sources, and how many the kernel folds.
 
-    Each source travels as (address, row stride, page size, bytes per token, words read),
-    all in bytes except the page size; the address is the view's own ``data_ptr()`` so
+    Each source travels as (address, row stride in bytes, page size in slots, bytes per
+    token, u64 words read per slot); the address is the view's own ``data_ptr()`` so
     its storage offset and strides are honoured, and nothing is copied.
     """
     if mode == RealKvHashMode.NONE:
@@ -107,8 +107,16 @@ def launch_fingerprint(
         out.zero_()
         return
     grid = (triton.cdiv(num_entries, FINGERPRINT_BLOCK),)
-    kernels_for(slots.device).fingerprint_kernel[grid](
-        out, slots, num_entries, *args, NUM_SOURCES=num_sources, BLOCK=FINGERPRINT_BLOCK
+    launch_kernel(
+        slots.device,
+        "fingerprint_kernel",
+        grid,
+        out,
+        slots,
+        num_entries,
+        *args,
+        NUM_SOURCES=num_sources,
+        BLOCK=FINGERPRINT_BLOCK,
     )
 
 

@@ -164,8 +164,49 @@ def five_sources_one_elsewhere(launch: Launch, device):
     launch.context["real_kv_sources"] = (first, first, elsewhere, first, first)
 
 
+def source_elsewhere(launch: Launch, device):
+    first = launch.context["real_kv_sources"][0]
+    launch.context["real_kv_sources"] = (
+        type(first)(
+            tensor=torch.empty_like(first.tensor, device="meta"),
+            page_size=first.page_size,
+            num_bytes_per_token=first.num_bytes_per_token,
+            read_bytes=first.read_bytes,
+        ),
+    )
+
+
+def source_of_two_slots(launch: Launch, device):
+    """The source now addresses slots 0 and 1 only: its first row, as a page of two."""
+    first = launch.context["real_kv_sources"][0]
+    launch.context["real_kv_sources"] = (
+        type(first)(
+            tensor=first.tensor[:1],
+            page_size=2,
+            num_bytes_per_token=first.num_bytes_per_token,
+            read_bytes=first.read_bytes,
+        ),
+    )
+
+
 # (id, launch kinds, break, exception, exact message or None, words the message must contain)
 CASES = [
+    (
+        "a source on another device",
+        "write verify",
+        source_elsewhere,
+        ValueError,
+        None,
+        ("real_kv_sources[0]", "meta"),
+    ),
+    (
+        "slots past a source's capacity",
+        "write verify",
+        source_of_two_slots,
+        IndexError,
+        None,
+        ("real_kv_sources[0]", "2"),
+    ),
     ("5 sources", "write verify", five_sources, ValueError, CAP_MESSAGE, ()),
     (
         "5 sources, one on another device",
@@ -487,16 +528,29 @@ def test_bad_launch_raises_before_any_work(impl, device, kind, breaker, error, m
         assert torch.equal(a, b), f"the refused launch changed {name}"
 
 
-def test_empty_plans_are_still_validated(impl, device):
-    """Launch checks run even when the plan has no valid entry (num_valid 0)."""
-    for make in (write_launch, verify_launch):
-        made, launch = make(impl, device)
-        valid = "write_num_valid_reqs" if launch.kind == "write" else "verify_num_valid"
+@pytest.mark.parametrize(
+    ("kind", "breaker", "error", "message", "words"),
+    [
+        pytest.param(kind, *rest, id=f"{kind}: {name}")
+        for name, kinds, *rest in CASES
+        for kind in kinds.split()
+        if rest[1] is not IndexError and "offsets" not in name  # those need valid entries
+    ],
+)
+def test_empty_plans_are_still_validated(impl, device, kind, breaker, error, message, words):
+    """Every argument check runs even when the plan has no valid entry (num_valid 0)."""
+    made, launch = (write_launch if kind == "write" else verify_launch)(impl, device)
+    breaker(launch, device)
+    valid = "write_num_valid_reqs" if kind == "write" else "verify_num_valid"
+    if launch.plan[valid].device.type != "meta":
         launch.plan[valid].fill_(0)
-        five_sources(launch, device)
-        with pytest.raises(ValueError) as caught:
-            launch.run(impl)
-        assert str(caught.value) == CAP_MESSAGE
+    with pytest.raises(Exception) as caught:
+        launch.run(impl)
+    assert type(caught.value) is error, f"raised {type(caught.value).__name__}: {caught.value}"
+    if message is not None:
+        assert str(caught.value) == message
+    for word in words:
+        assert word in str(caught.value), f"{caught.value!r} does not name {word!r}"
 
 
 def test_entries_past_num_valid_are_not_validated(impl, device):

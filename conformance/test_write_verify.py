@@ -69,7 +69,21 @@ class Snapshot:
         return stored[np.lexsort(stored.T[::-1])] if len(stored) else stored
 
 
-def assert_same_state(got: Snapshot, want: Snapshot, *, index_before: int, what: str, config: str):
+def story(impl, device, made: st_kv.MaterializedWorld) -> str:
+    """The calls made on ``made`` so far, as a snippet that repeats them."""
+    lines = [
+        "import importlib",
+        "from strategies import *",
+        f"impl = importlib.import_module({impl.__name__!r}); device = {str(device)!r}",
+        *made.log,
+        "# compare with reference.write / reference.verify on made.reference_state()",
+    ]
+    return "\n".join("    " + line for line in lines)
+
+
+def assert_same_state(
+    got: Snapshot, want: Snapshot, *, index_before: int, what: str, config: str, repro: str = ""
+):
     """Two states agree: buffer bytes, ring rows (as a multiset within the launch), index, counters."""
     __tracebackhide__ = True
     problems = []
@@ -97,11 +111,15 @@ def assert_same_state(got: Snapshot, want: Snapshot, *, index_before: int, what:
             f"new ring rows (as a multiset) differ:\n  got  {got_rows.tolist()}\n  want {want_rows.tolist()}"
         )
     if problems:
-        fail(f"{what}: " + "\n".join(problems), config=config)
+        fail(f"{what}: " + "\n".join(problems), config=config, repro=repro)
 
 
 def run_write(impl, world, batch, device, state=None):
     """Write ``batch`` with the implementation and (if given) the reference state."""
+    world.log.append(
+        "impl.launch_canary_write_kernel(context=made.context(impl), "
+        f"**write_launch(impl, {batch!r}, device))"
+    )
     impl.launch_canary_write_kernel(
         context=world.context(impl), **st_kv.write_launch(impl, batch, device)
     )
@@ -110,6 +128,11 @@ def run_write(impl, world, batch, device, state=None):
 
 
 def run_verify(impl, world, batch, device, state=None):
+    """Verify ``batch`` with the implementation and (if given) the reference state."""
+    world.log.append(
+        "impl.launch_canary_verify_kernel(context=made.context(impl), "
+        f"**verify_launch(impl, {batch!r}, device))"
+    )
     impl.launch_canary_verify_kernel(
         context=world.context(impl), **st_kv.verify_launch(impl, batch, device)
     )
@@ -144,6 +167,7 @@ def draw_written_world(data, device, impl, *, batches=2, avoid_zero=False, **wor
             index_before=index_before,
             what=f"after write batch {step}",
             config=repr(world),
+            repro=story(impl, device, made),
         )
         chains = chains + st_kv.chains_written(batch)
     return made, chains, state
@@ -174,6 +198,7 @@ def test_verify_equals_reference(impl, device, data):
         index_before=index_before,
         what="after verify",
         config=f"{made.world!r}\n{batch!r}",
+        repro=story(impl, device, made),
     )
 
 
@@ -255,6 +280,7 @@ def test_each_corruption_is_reported_exactly(impl, device, data):
             f"after {corruption.describe()}, verify reported {bit_names(got)}, "
             f"but SPEC §7 requires {bit_names(expected)}",
             config=f"{made.world!r}\nchains={chains!r}",
+            repro=story(impl, device, made),
         )
     assert_same_state(
         Snapshot.of_world(made),
@@ -262,6 +288,7 @@ def test_each_corruption_is_reported_exactly(impl, device, data):
         index_before=index_before,
         what="after verify of a corrupted world",
         config=corruption.describe(),
+        repro=story(impl, device, made),
     )
 
 
@@ -270,6 +297,7 @@ def test_each_corruption_is_reported_exactly(impl, device, data):
 def test_bytes_outside_read_windows_never_report(impl, device, data):
     """Changing every KV byte no slot reads (holes, gaps, past read_bytes, around the views) causes no report."""
     made, chains, _ = draw_written_world(data, device, impl, avoid_zero=True, mode=2)
+    assume(made.world.sources)  # without sources there are no bytes to change
     for layout, source in zip(made.world.sources, made.sources, strict=True):
         outside = st_kv.outside_byte_offsets(layout)
         if outside.size:
@@ -404,6 +432,7 @@ class CanaryMachine(RuleBasedStateMachine):
             index_before=getattr(self, "index_before", 0),
             what=f"after {self.step}",
             config=repr(self.world.world),
+            repro=story(self.impl, self.device, self.world),
         )
 
 

@@ -134,6 +134,7 @@ def write(
     expected_input_positions,
 ) -> None:
     """Stamp the canary fields of every written slot and chain them (SPEC §6)."""
+    _check_source_count(state.real_kv_sources)  # SPEC §8: the first check of a launch
     if enable_write_input_assert:
         if expected_input_tokens is None or expected_input_positions is None:
             raise ValueError(
@@ -143,7 +144,6 @@ def write(
         raise ValueError(
             "kv-canary: expected input tensors must be None when enable_write_input_assert=False"
         )
-    _check_source_count(state.real_kv_sources)
     num_slots = _check_canary_buf(state.canary_buf)
 
     tokens = _int64_vector(input_ids, "input_ids")
@@ -277,10 +277,6 @@ def verify(state: CanaryState, plan: VerifyPlan, *, check_verify_expected_token:
     _check_source_count(state.real_kv_sources)
     num_slots = _check_canary_buf(state.canary_buf)
 
-    if int(plan.enable[0]) == 0:
-        np.add(state.kernel_run_counter, 1, out=state.kernel_run_counter)
-        return
-
     slots = _int64_vector(plan.verify_slot_indices, "plan.verify_slot_indices")
     prev_slots = _int64_vector(plan.verify_prev_slot_indices, "plan.verify_prev_slot_indices")
     expected_positions = _int64_vector(
@@ -303,6 +299,11 @@ def verify(state: CanaryState, plan: VerifyPlan, *, check_verify_expected_token:
                 f"kv-canary: plan.verify_expected_tokens must have {capacity} entries, "
                 f"got {expected_tokens.shape[0]}"
             )
+    if int(plan.enable[0]) == 0:
+        # A plan disabled for overflow leaves its entries unwritten: nothing is read or counted
+        # but the launch itself, and its slots are not range-checked.
+        np.add(state.kernel_run_counter, 1, out=state.kernel_run_counter)
+        return
     active = _clamp(int(plan.verify_num_valid[0]), 0, capacity)
 
     for entry in range(active):

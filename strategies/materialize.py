@@ -8,7 +8,7 @@ buffer and see an implementation follow the live memory.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -294,6 +294,8 @@ class MaterializedWorld:
     slot_run_counter: torch.Tensor
     kernel_run_counter: torch.Tensor
     enable_chain_position_assert: torch.Tensor
+    #: What was done to this world, as lines of code (for failure messages: a reproduction).
+    log: list[str] = field(default_factory=list)
 
     def context(self, impl):
         """``impl.VerifyOrWriteContext`` over these tensors, with sources built by ``impl``."""
@@ -342,7 +344,7 @@ def materialize_world(world: CanaryWorld, device) -> MaterializedWorld:
     def tensor(array, dtype):
         return torch.tensor(np.asarray(array), dtype=dtype, device=device)
 
-    return MaterializedWorld(
+    made = MaterializedWorld(
         world=world,
         sources=sources,
         canary_buf=tensor(buf, torch.uint8),
@@ -352,6 +354,8 @@ def materialize_world(world: CanaryWorld, device) -> MaterializedWorld:
         kernel_run_counter=tensor([rng.integers(0, 1000)], torch.int64),
         enable_chain_position_assert=tensor([world.chain_assert], torch.int32),
     )
+    made.log.append(f"made = materialize_world({world!r}, device)")
+    return made
 
 
 def write_launch(impl, batch: WriteBatch, device) -> dict:
@@ -435,6 +439,7 @@ def reference_verify_launch(batch: VerifyBatch) -> dict:
 
 def apply_corruption(world: MaterializedWorld, corruption: Corruption) -> None:
     """Make ``corruption`` happen to ``world``'s live tensors."""
+    world.log.append(f"apply_corruption(made, {corruption!r})")
     kind = corruption.kind
     if kind == "field":
         fields = world.canary_buf[corruption.slot, :32].view(torch.int64)
