@@ -1,6 +1,6 @@
 """The KV canary in plain torch: a second, independent implementation of SPEC.md.
 
-It serves devices without Triton and is the fast path on the CPU, where ``canary`` runs its
+It serves devices Triton has no backend for and is the fast path on the CPU, where ``canary`` runs its
 kernels in Triton's interpreter. It shares ``canary``'s types (engines use one set of them)
 and its argument checks (so every error message is the same), but hashes, addresses,
 chains and reports with its own torch code: nothing here launches a Triton kernel.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One pass over a lent GPU machine, in under 8 minutes:
+# One pass over a GPU host, in under 8 minutes:
 #
 #   1. environment: nvidia-smi, Python package versions, the GPU torch sees
 #   2. gpu-label:   scripts/check_gpu_type.py $GPU_LABEL (default cuda-h200)
@@ -8,24 +8,27 @@
 #   5. benchmarks:  the GPU benchmarks, short rounds (pytest-benchmark JSON saved), then a
 #                   compact GB/s table
 #
-# The machine has torch, Triton, Hypothesis, pytest and pytest-benchmark installed and no
-# network: nothing is installed, the system Python runs from the repository root with
-# PYTHONPATH at the repository root, and the conformance plugin is loaded with -p when no installed entry point
-# provides it. Results and full logs go to $OUT if set, else /tmp/gpu_check. Every stage
-# has its own time limit and a failing stage does not stop the next; the exit status is the
-# number of failed stages (0: all passed).
+# The host needs torch, Triton, Hypothesis, pytest and pytest-benchmark already installed
+# (it may have no network): nothing is installed; its Python runs from the repository root
+# with PYTHONPATH at the root, and the conformance plugin is loaded with -p when no
+# installed entry point provides it. Results and full logs go to the folder given as the
+# first argument (default: gpu_check_results/ in the repository, which git ignores). Every
+# stage has its own time limit and a failing stage does not stop the next; the exit status
+# is the number of failed stages (0: all passed).
 #
-# Environment: OUT, GPU_LABEL, PYTHON (default: python, else python3), GPU_CHECK_BUDGET_S
+#   bash scripts/gpu_check.sh [RESULTS_DIR]
+#
+# Environment: GPU_LABEL, PYTHON (default: python, else python3), GPU_CHECK_BUDGET_S
 # (default 460: the whole run stays below that many seconds).
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-results="${OUT:-/tmp/gpu_check}"
+results="${1:-gpu_check_results}"
 mkdir -p "$results"
 py="${PYTHON:-$(command -v python || command -v python3)}"
 # the repository root, absolute, so that subprocesses started elsewhere import it too
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-# no .pyc, no pytest cache left in the working tree of a borrowed machine
+# no .pyc and no pytest cache left in the working tree
 export PYTHONDONTWRITEBYTECODE=1
 budget_end=$((SECONDS + ${GPU_CHECK_BUDGET_S:-460}))
 kill_after=10
