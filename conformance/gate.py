@@ -90,16 +90,26 @@ FAST_FIRST = (
 )
 
 
-def suite_paths() -> list[str]:
+# Modules of stored vectors (golden and SPEC §2): --properties-only leaves them out, to
+# measure what the properties alone catch.
+VECTOR_MODULES = ("test_golden.py", "test_spec_vectors.py")
+
+
+def suite_paths(*, properties_only: bool = False) -> list[str]:
     here = REPO_ROOT / "conformance"
     found = sorted(p.name for p in here.glob("test_*.py"))
+    if properties_only:
+        found = [name for name in found if name not in VECTOR_MODULES]
     ordered = [name for name in FAST_FIRST if name in found]
     ordered += [name for name in found if name not in ordered]
     return [f"conformance/{name}" for name in ordered]
 
 
-def pytest_command(module: str, device: str | None = None) -> list[str]:
-    command = [sys.executable, "-m", "pytest", *suite_paths(), "-q", "-x", "-p", "no:cacheprovider"]
+def pytest_command(
+    module: str, device: str | None = None, *, properties_only: bool = False
+) -> list[str]:
+    command = [sys.executable, "-m", "pytest", *suite_paths(properties_only=properties_only)]
+    command += ["-q", "-x", "-p", "no:cacheprovider"]
     # -rfE puts one "FAILED <node id> - <message>" line per failure in the summary
     command += ["-rfE", "--canary-impl", module]
     if device:
@@ -145,12 +155,14 @@ def _tail(output: str, lines: int = _ERROR_TAIL_LINES) -> str:
     return "\n".join(output.rstrip().splitlines()[-lines:])
 
 
-def run_target(target: Target, *, device: str | None, timeout_s: float) -> Result:
+def run_target(
+    target: Target, *, device: str | None, timeout_s: float, properties_only: bool = False
+) -> Result:
     """Run the suite on ``target.module`` in a subprocess and classify the run."""
     start = time.perf_counter()
     try:
         completed = subprocess.run(
-            pytest_command(target.module, device),
+            pytest_command(target.module, device, properties_only=properties_only),
             cwd=REPO_ROOT,
             env=child_environment(),
             stdout=subprocess.PIPE,
@@ -267,6 +279,11 @@ def _parser() -> argparse.ArgumentParser:
         "--json", metavar="PATH", type=Path, help="also write the results as JSON to PATH"
     )
     parser.add_argument(
+        "--properties-only",
+        action="store_true",
+        help="leave out the stored vectors (golden, SPEC §2): what do the properties alone kill?",
+    )
+    parser.add_argument(
         "--timeout",
         type=float,
         default=DEFAULT_TIMEOUT_S,
@@ -297,7 +314,12 @@ def main(
     if runner is None:
 
         def runner(target: Target) -> Result:
-            return run_target(target, device=args.device, timeout_s=args.timeout)
+            return run_target(
+                target,
+                device=args.device,
+                timeout_s=args.timeout,
+                properties_only=args.properties_only,
+            )
 
     def progress(result: Result) -> None:
         print(

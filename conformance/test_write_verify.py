@@ -9,7 +9,7 @@ import hypothesis.strategies as st
 import numpy as np
 import pytest
 import torch
-from hypothesis import assume, given
+from hypothesis import assume, given, target
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
@@ -274,6 +274,7 @@ def test_each_corruption_is_reported_exactly(impl, device, data):
     )
     index_before = int(made.violation_write_index.item())
     run_verify(impl, made, batch, device, state)
+    target(float(len(expected)), label="slots that must report")
     got = reports_of(Snapshot.of_world(made), index_before)
     if got != expected:
         fail(

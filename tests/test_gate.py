@@ -182,6 +182,9 @@ def test_command_and_environment():
     )
     assert sorted(modules) == on_disk, "every suite module runs, each once"
     assert modules[0] == "conformance/test_spec_vectors.py"
+    properties = gate.pytest_command("known_bad.x", properties_only=True)
+    left_out = {f"conformance/{name}" for name in gate.VECTOR_MODULES}
+    assert set(modules) - left_out == {p for p in properties if p.startswith("conformance/")}
     assert command[command.index("--canary-impl") + 1] == "known_bad.x"
     assert command[command.index("--canary-device") + 1] == "cuda:1"
     assert "--canary-device" not in gate.pytest_command("canary")
@@ -192,7 +195,7 @@ def test_command_and_environment():
 
 def _fake_suite(monkeypatch, code: str) -> None:
     monkeypatch.setattr(
-        gate, "pytest_command", lambda module, device=None: [sys.executable, "-c", code]
+        gate, "pytest_command", lambda module, device=None, **_: [sys.executable, "-c", code]
     )
 
 
