@@ -479,6 +479,27 @@ CASES = [
 ]
 
 
+def assert_refused(impl, launch: Launch, error, message, words) -> None:
+    """The launch raises ``error``, with exactly ``message`` if given, naming every word."""
+    __tracebackhide__ = True
+    with pytest.raises(Exception) as caught:
+        launch.run(impl)
+    assert type(caught.value) is error, f"raised {type(caught.value).__name__}: {caught.value}"
+    if message is not None:
+        assert str(caught.value) == message
+    for word in words:
+        assert word in str(caught.value), f"{caught.value!r} does not name {word!r}"
+
+
+STATE = (
+    "canary_buf",
+    "violation_ring",
+    "violation_write_index",
+    "slot_run_counter",
+    "kernel_run_counter",
+)
+
+
 @pytest.mark.parametrize(
     ("kind", "breaker", "error", "message", "words"),
     [
@@ -492,40 +513,12 @@ def test_bad_launch_raises_before_any_work(impl, device, kind, breaker, error, m
     made, launch = (write_launch if kind == "write" else verify_launch)(impl, device)
     launch.run(impl)  # the unbroken launch is valid
     breaker(launch, device)
-    before = [
-        t.cpu().clone()
-        for t in (
-            made.canary_buf,
-            made.violation_ring,
-            made.violation_write_index,
-            made.slot_run_counter,
-            made.kernel_run_counter,
+    before = {name: getattr(made, name).cpu().clone() for name in STATE}
+    assert_refused(impl, launch, error, message, words)
+    for name in STATE:
+        assert torch.equal(getattr(made, name).cpu(), before[name]), (
+            f"the refused launch changed {name}"
         )
-    ]
-    with pytest.raises(Exception) as caught:
-        launch.run(impl)
-    assert type(caught.value) is error, f"raised {type(caught.value).__name__}: {caught.value}"
-    if message is not None:
-        assert str(caught.value) == message
-    for word in words:
-        assert word in str(caught.value), f"{caught.value!r} does not name {word!r}"
-    after = [
-        t.cpu()
-        for t in (
-            made.canary_buf,
-            made.violation_ring,
-            made.violation_write_index,
-            made.slot_run_counter,
-            made.kernel_run_counter,
-        )
-    ]
-    for name, a, b in zip(
-        ("canary_buf", "ring", "write index", "slot counter", "kernel counter"),
-        before,
-        after,
-        strict=True,
-    ):
-        assert torch.equal(a, b), f"the refused launch changed {name}"
 
 
 @pytest.mark.parametrize(
@@ -544,13 +537,7 @@ def test_empty_plans_are_still_validated(impl, device, kind, breaker, error, mes
     valid = "write_num_valid_reqs" if kind == "write" else "verify_num_valid"
     if launch.plan[valid].device.type != "meta":
         launch.plan[valid].fill_(0)
-    with pytest.raises(Exception) as caught:
-        launch.run(impl)
-    assert type(caught.value) is error, f"raised {type(caught.value).__name__}: {caught.value}"
-    if message is not None:
-        assert str(caught.value) == message
-    for word in words:
-        assert word in str(caught.value), f"{caught.value!r} does not name {word!r}"
+    assert_refused(impl, launch, error, message, words)
 
 
 def test_entries_past_num_valid_are_not_validated(impl, device):
