@@ -9,6 +9,7 @@ import re
 import numpy as np
 import pytest
 import torch
+from draws import collect
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import InvalidArgument
 
@@ -49,25 +50,6 @@ MESSAGE = {
         _P + r"\.tensor data pointer must be 16-byte aligned, got data_ptr % 16 == \d+$",
     ),
 }
-
-
-def collect(strategy, n, key=lambda x: x):
-    """``key`` of ``n`` derandomized draws: distribution checks that do not depend on luck."""
-    seen = []
-
-    @settings(
-        max_examples=n,
-        derandomize=True,
-        database=None,
-        deadline=None,
-        suppress_health_check=list(HealthCheck),
-    )
-    @given(strategy)
-    def run(value):
-        seen.append(key(value))
-
-    run()
-    return seen
 
 
 def _is_int(value) -> bool:

@@ -8,6 +8,7 @@ import hypothesis.strategies as st
 import numpy as np
 import pytest
 import torch
+from draws import collect
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import InvalidArgument
 
@@ -16,25 +17,6 @@ import strategies as st_kv
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ANY_FILL = st_kv.source_layouts(fills=st_kv.FILLS)
-
-
-def collect(strategy, n, key=lambda x: x):
-    """``key`` of ``n`` derandomized draws: distribution checks that do not depend on luck."""
-    seen = []
-
-    @settings(
-        max_examples=n,
-        derandomize=True,
-        database=None,
-        deadline=None,
-        suppress_health_check=list(HealthCheck),
-    )
-    @given(strategy)
-    def run(value):
-        seen.append(key(value))
-
-    run()
-    return seen
 
 
 def row_bytes_of(tensor: torch.Tensor, row: int) -> np.ndarray:
