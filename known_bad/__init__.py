@@ -76,6 +76,7 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("known_bad.launch_cap_after_device_check", _L, "the 4-source cap is checked after the device check"),
     # SPEC §8: launch checks of write and verify
     Entry("known_bad.launch_disabled_plan_index_checked", _L, "a disabled verify plan is index-checked"),
+    Entry("known_bad.launch_source_range_unchecked", _L, "write/verify skip the source capacity check"),
     Entry("known_bad.launch_expected_tensors_unchecked", _L, "write takes expected tensors with the assert off"),
     # SPEC §6-§7: the hash chain
     Entry("known_bad.chain_slot0_verified", _C, "verify checks padding slot 0 instead of skipping it"),
