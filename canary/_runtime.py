@@ -64,6 +64,10 @@ def _bind(module, mode: str) -> types.SimpleNamespace:
             body.__code__, namespace, body.__name__, body.__defaults__, body.__closure__
         )
         copy.__qualname__ = body.__qualname__
+        # FunctionType copies neither: without the annotations JITFunction sees no
+        # tl.constexpr parameter, and without kwdefaults keyword-only defaults are lost.
+        copy.__annotations__ = dict(body.__annotations__)
+        copy.__kwdefaults__ = body.__kwdefaults__
         copy.__module__ = namespace["__name__"]
         if mode == "compiled":
             wrapped = JITFunction(copy, do_not_specialize=_scalar_params(body))
