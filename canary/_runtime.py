@@ -16,9 +16,12 @@ per launch) and never the ``@jit`` helpers of ``triton.language.standard``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import types
+from collections.abc import Iterator
+from typing import NamedTuple
 
 import torch
 import triton.language as tl
@@ -83,6 +86,15 @@ def _kernels(mode: str) -> types.SimpleNamespace:
     return _bind(_source_module, mode)
 
 
+def fresh_compiled_kernels() -> types.SimpleNamespace:
+    """A new compiled binding of the current kernel module, sharing no cache with launches.
+
+    A ``JITFunction`` remembers the target of the first driver it met; the compile check
+    binds anew for each target it compiles for.
+    """
+    return _bind(_source_module, "compiled")
+
+
 def use_kernel_module(module) -> None:
     """Bind kernel bodies from ``module`` (same names as ``canary.kernels``) from now on.
 
@@ -105,12 +117,44 @@ def kernels_for(device: torch.device) -> types.SimpleNamespace:
     )
 
 
+class Launch(NamedTuple):
+    """One kernel launch as a launcher asked for it: what ``launch_kernel`` was given."""
+
+    name: str
+    grid: tuple
+    args: tuple
+    kwargs: dict
+
+
+# Set by ``capture_launches``: launches are recorded here instead of being run.
+_captured: list[Launch] | None = None
+
+
+@contextlib.contextmanager
+def capture_launches() -> Iterator[list[Launch]]:
+    """Record every kernel launch made inside the block instead of running it.
+
+    For ``canary.compile_check``: the launchers run as they always do (every host check,
+    every argument they derive), and the launches they would make are handed back, to be
+    compiled for a GPU target with exactly the arguments a real launch passes.
+    """
+    global _captured
+    previous, _captured = _captured, []
+    try:
+        yield _captured
+    finally:
+        _captured = previous
+
+
 def launch_kernel(device: torch.device, name: str, grid: tuple, *args, **kwargs) -> None:
     """Launch kernel ``name`` for tensors on ``device``, over ``grid``.
 
     Compiled Triton launches on the *current* CUDA device, not on the device of its
     arguments, so a launch for ``cuda:1`` runs with ``cuda:1`` made current.
     """
+    if _captured is not None:
+        _captured.append(Launch(name, grid, args, kwargs))
+        return
     kernel = getattr(kernels_for(device), name)
     if device.type == "cuda":
         with torch.cuda.device(device):
@@ -123,4 +167,12 @@ def is_interpreted(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
-__all__ = ["is_interpreted", "kernels_for", "launch_kernel", "use_kernel_module"]
+__all__ = [
+    "Launch",
+    "capture_launches",
+    "fresh_compiled_kernels",
+    "is_interpreted",
+    "kernels_for",
+    "launch_kernel",
+    "use_kernel_module",
+]
