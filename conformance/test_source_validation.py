@@ -142,8 +142,8 @@ CASES = [
         lambda d: aligned(d, 96).view(2, 48),
         {},
         ValueError,
-        f"{P} row is too narrow for its slot layout: dim-1 is 48 bytes but "
-        "page_size=2 x num_bytes_per_token=32 needs 64",
+        f"{P}.tensor row is 48 bytes wide but page_size=2 x num_bytes_per_token=32 needs 64 "
+        "(shape=(2, 48), dtype=torch.uint8)",
     ),
     (
         # 16 x 64 wraps to 0 in int8 arithmetic: the check must not be fooled into accepting
@@ -151,8 +151,17 @@ CASES = [
         lambda d: aligned(d, 1024).view(2, 512),
         {"page_size": np.int8(16), "num_bytes_per_token": np.int8(64), "read_bytes": np.int8(16)},
         ValueError,
-        f"{P} row is too narrow for its slot layout: dim-1 is 512 bytes but "
-        "page_size=16 x num_bytes_per_token=64 needs 1024",
+        f"{P}.tensor row is 512 bytes wide but page_size=16 x num_bytes_per_token=64 needs "
+        "1024 (shape=(2, 512), dtype=torch.uint8)",
+    ),
+    (
+        # the whole row counts (2 x 8 bf16 = 32 bytes), not dim 1 alone
+        "row too narrow, N-D",
+        lambda d: aligned(d, 64).view(torch.bfloat16).view(2, 2, 8),
+        {},
+        ValueError,
+        f"{P}.tensor row is 32 bytes wide but page_size=2 x num_bytes_per_token=32 needs 64 "
+        "(shape=(2, 2, 8), dtype=torch.bfloat16)",
     ),
     (
         "data_ptr % 16 == 4",
@@ -181,8 +190,8 @@ CASES = [
         lambda d: aligned(d, 64, offset=1).view(2, 32),
         {},
         ValueError,
-        f"{P} row is too narrow for its slot layout: dim-1 is 32 bytes but "
-        "page_size=2 x num_bytes_per_token=32 needs 64",
+        f"{P}.tensor row is 32 bytes wide but page_size=2 x num_bytes_per_token=32 needs 64 "
+        "(shape=(2, 32), dtype=torch.uint8)",
     ),
 ]
 

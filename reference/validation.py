@@ -93,9 +93,9 @@ def validate_source(desc: SourceDescription) -> tuple[type[Exception], str] | No
     layout_bytes = page_size * num_bytes_per_token
     if row_bytes < layout_bytes:
         return ValueError, (
-            f"{_PREFIX} row is too narrow for its slot layout: dim-1 is {row_bytes} bytes "
-            f"but page_size={page_size} x num_bytes_per_token={num_bytes_per_token} "
-            f"needs {layout_bytes}"
+            f"{_PREFIX}.tensor row is {row_bytes} bytes wide but page_size={page_size} x "
+            f"num_bytes_per_token={num_bytes_per_token} needs {layout_bytes} "
+            f"(shape={shape}, dtype={desc.dtype_str})"
         )
 
     # Rule 10.

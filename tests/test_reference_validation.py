@@ -126,8 +126,8 @@ ONE_BROKEN_RULE = [
     (
         dict(shape=(4, 32), strides=(64, 1)),
         ValueError,
-        f"{P} row is too narrow for its slot layout: dim-1 is 64 bytes but "
-        "page_size=2 x num_bytes_per_token=64 needs 128",
+        f"{P}.tensor row is 64 bytes wide but page_size=2 x num_bytes_per_token=64 needs 128 "
+        "(shape=(4, 32), dtype=torch.float16)",
     ),
     (
         dict(
@@ -138,8 +138,9 @@ ONE_BROKEN_RULE = [
             page_size=3,
         ),
         ValueError,
-        f"{P} row is too narrow for its slot layout: dim-1 is 128 bytes but "
-        "page_size=3 x num_bytes_per_token=64 needs 192",
+        # the whole row counts (2 x 16 x 4 bytes), not dim 1 alone (2 x 4 bytes)
+        f"{P}.tensor row is 128 bytes wide but page_size=3 x num_bytes_per_token=64 needs 192 "
+        "(shape=(4, 2, 16), dtype=torch.float32)",
     ),
     # Rule 10.
     (
@@ -204,8 +205,8 @@ TWO_BROKEN_RULES = [
     (
         dict(shape=(4, 32), strides=(32, 1), data_ptr_mod16=4),
         ValueError,
-        f"{P} row is too narrow for its slot layout: dim-1 is 64 bytes but "
-        "page_size=2 x num_bytes_per_token=64 needs 128",
+        f"{P}.tensor row is 64 bytes wide but page_size=2 x num_bytes_per_token=64 needs 128 "
+        "(shape=(4, 32), dtype=torch.float16)",
     ),
 ]
 
@@ -249,6 +250,6 @@ def test_zero_size_row_counts_as_dense():
     result = validate_source(described(shape=(4, 0, 64), strides=(64, 5, 3)))
     assert result == (
         ValueError,
-        f"{P} row is too narrow for its slot layout: dim-1 is 0 bytes but "
-        "page_size=2 x num_bytes_per_token=64 needs 128",
+        f"{P}.tensor row is 0 bytes wide but page_size=2 x num_bytes_per_token=64 needs 128 "
+        "(shape=(4, 0, 64), dtype=torch.float16)",
     )

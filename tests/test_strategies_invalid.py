@@ -42,8 +42,8 @@ MESSAGE = {
     ),
     9: (
         ValueError,
-        _P + r" row is too narrow for its slot layout: dim-1 is \d+ bytes but "
-        r"page_size=\d+ x num_bytes_per_token=\d+ needs \d+$",
+        _P + r"\.tensor row is \d+ bytes wide but page_size=\d+ x num_bytes_per_token=\d+ "
+        r"needs \d+ \(shape=\(.*\), dtype=torch\.\w+\)$",
     ),
     10: (
         ValueError,
