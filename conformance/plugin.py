@@ -1,10 +1,12 @@
 """pytest plugin of the conformance suite (registered through the ``pytest11`` entry point).
 
 It chooses the implementation under test (``--canary-impl`` / ``CANARY_IMPL``, default
-``canary``) and the device (``--canary-device`` / ``CANARY_DEVICE``, default ``cuda`` when
-available, else ``cpu``), picks the Hypothesis profile, prints what was chosen in the report
-header, and hands the module and device to the tests as the ``impl`` and ``device`` fixtures.
-The suite reaches the implementation only through these names, never its internals.
+``canary``: a dotted module name, a ``.py`` file or a package directory) and the device
+(``--canary-device`` / ``CANARY_DEVICE``, default ``cuda`` when available, else ``cpu``;
+``cuda`` without an index means the current CUDA device), picks the Hypothesis profile,
+prints what was chosen in the report header, and hands the module and device to the tests
+as the ``impl`` and ``device`` fixtures. The suite reaches the implementation only through
+these names, never its internals.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import importlib
 import importlib.metadata
 import os
 import platform
+import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -53,15 +57,74 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="PATH",
         help="write a JSON conformance report to PATH",
     )
+    group.addoption(
+        "--canary-no-shrink",
+        "--canary-first-failure",
+        action="store_true",
+        default=False,
+        dest="canary_no_shrink",
+        help="report each property's first failing example as found, without shrinking it",
+    )
 
 
-def _load(module_name: str) -> types.ModuleType:
+def _looks_like_path(spec: str) -> bool:
+    return spec.endswith(".py") or os.sep in spec or "/" in spec or Path(spec).is_dir()
+
+
+def import_target(spec: str) -> tuple[str, str | None]:
+    """What ``--canary-impl spec`` imports: (dotted module name, folder to put on sys.path).
+
+    ``spec`` is a dotted name (``my_engine.kv_canary``: imported as is, the folder is None), a
+    ``.py`` file (``path/to/mykv.py``: module ``mykv`` from ``path/to``) or a package directory
+    (``path/to/mykv``, holding ``__init__.py``: package ``mykv`` from ``path/to``).
+    """
+    if not _looks_like_path(spec):
+        return spec, None
+    path = Path(spec).expanduser().resolve()
+    if path.is_file() and path.suffix == ".py":
+        return path.stem, str(path.parent)
+    if path.is_dir() and (path / "__init__.py").is_file():
+        return path.name, str(path.parent)
+    if path.is_dir():
+        raise pytest.UsageError(
+            f"--canary-impl {spec!r}: a directory must be a package (hold an __init__.py)"
+        )
+    raise pytest.UsageError(
+        f"--canary-impl {spec!r}: no such .py file or package directory; give a dotted module "
+        "name (importable from sys.path), a path to a .py file or a path to a package directory"
+    )
+
+
+def _load(spec: str) -> tuple[types.ModuleType, str, str | None]:
+    """Import the implementation named by ``spec``: (module, its dotted name, its folder)."""
+    module_name, folder = import_target(spec)
+    if folder is not None and folder not in sys.path:
+        sys.path.insert(0, folder)
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
+        hint = (
+            ""
+            if folder
+            else "; a module outside the current directory and sys.path is given as a path "
+            "(path/to/mykv.py, path/to/mykv) or found through PYTHONPATH"
+        )
         raise pytest.UsageError(
-            f"--canary-impl {module_name!r}: cannot import it ({error})"
+            f"--canary-impl {spec!r}: cannot import {module_name!r} ({error}){hint}"
         ) from error
+    if folder is not None:
+        found = Path(getattr(module, "__file__", "") or "").resolve()
+        wanted = Path(spec).expanduser().resolve()
+        if found != wanted and found.parent != wanted:
+            raise pytest.UsageError(
+                f"--canary-impl {spec!r}: the name {module_name!r} is already taken by "
+                f"{found}; rename the file or package"
+            )
+    _check_names(module, spec)
+    return module, module_name, folder
+
+
+def _check_names(module: types.ModuleType, module_name: str) -> None:
     missing = [name for name in CORE_NAMES if not hasattr(module, name)]
     if missing:
         raise pytest.UsageError(
@@ -74,11 +137,12 @@ def _load(module_name: str) -> types.ModuleType:
             f"--canary-impl {module_name!r} provides part of the write/verify group but not "
             f"{', '.join(partial)}; provide all of {', '.join(WRITE_VERIFY_NAMES)} or none"
         )
-    return module
 
 
 def _device(config: pytest.Config):
     import torch
+
+    from .support import normalize_device
 
     name = config.getoption("--canary-device") or os.environ.get("CANARY_DEVICE")
     if not name:
@@ -101,7 +165,9 @@ def _device(config: pytest.Config):
     ):
         device = torch.device("cuda", int(worker[2:]) % torch.cuda.device_count())
         torch.cuda.set_device(device)
-    return device
+    # "cuda" becomes "cuda:<current index>": results live on an indexed device, and
+    # torch.device("cuda") != torch.device("cuda:0").
+    return normalize_device(device)
 
 
 def _selection(config: pytest.Config) -> Selection | None:
@@ -111,21 +177,28 @@ def _selection(config: pytest.Config) -> Selection | None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "write_verify: needs the write/verify group of the API")
     config.addinivalue_line("markers", "gpu: needs a GPU device (skipped on the CPU leg)")
-    module_name = config.getoption("--canary-impl") or os.environ.get("CANARY_IMPL") or "canary"
+    spec = config.getoption("--canary-impl") or os.environ.get("CANARY_IMPL") or "canary"
     device = _device(config)
-    module = _load(module_name)
+    module, module_name, folder = _load(spec)
+    from . import support
+
+    support.IMPL_FOLDER = folder
     profile = config.getoption("--hypothesis-profile", default=None) or os.environ.get(
         "HYPOTHESIS_PROFILE"
     )
     if not profile:
         profile = "ci" if os.environ.get("CI") else "dev"
     profiles.ON_CPU = device.type == "cpu"
-    loaded = profiles.select(profile, on_cpu=profiles.ON_CPU)
+    no_shrink = bool(config.getoption("canary_no_shrink", default=False))
+    loaded = profiles.select(profile, on_cpu=profiles.ON_CPU, shrink=not no_shrink)
     selection = Selection(
         module=module,
         module_name=module_name,
+        module_folder=folder,
+        impl_arg=spec,
         device=device,
         profile=loaded,
+        shrink_seconds=0 if no_shrink else profiles.shrink_seconds(loaded),
         write_verify=all(hasattr(module, name) for name in WRITE_VERIFY_NAMES),
     )
     config._canary_selection = selection
@@ -138,13 +211,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _version(module: types.ModuleType) -> str:
+    """The module's ``__version__``, else its distribution's version, else says there is none."""
     version = getattr(module, "__version__", None)
     if version:
         return str(version)
+    top = module.__name__.split(".")[0]
+    package_version = getattr(sys.modules.get(top), "__version__", None)
+    if top != module.__name__ and package_version:
+        return f"no __version__ (package {top} {package_version})"
     try:
-        return importlib.metadata.version(module.__name__.split(".")[0])
+        return f"no __version__ (distribution {importlib.metadata.version(top)})"
     except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+        return "no __version__"
 
 
 def describe_environment(selection: Selection) -> dict:
@@ -160,6 +238,7 @@ def describe_environment(selection: Selection) -> dict:
         "device": str(selection.device),
         "gpu": None,
         "hypothesis_profile": selection.profile,
+        "shrink_seconds": selection.shrink_seconds,
         "python": platform.python_version(),
         "torch": torch.__version__,
         "numpy": numpy.__version__,
@@ -187,13 +266,19 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         return []
     facts = describe_environment(selection)
     lines = [
-        f"canary implementation: {facts['implementation']} {facts['implementation_version']} "
-        f"({facts['implementation_file']})",
+        f"canary implementation: {facts['implementation']}, "
+        f"{facts['implementation_version']}, file {facts['implementation_file']}",
         f"canary device: {facts['device']}"
         + (f" ({facts['gpu']}, sm {facts['gpu_capability']})" if facts["gpu"] else ""),
         f"canary versions: torch {facts['torch']}, triton {facts['triton']}, numpy "
         f"{facts['numpy']}, hypothesis {facts['hypothesis']}, python {facts['python']}",
-        f"canary hypothesis profile: {facts['hypothesis_profile']}",
+        f"canary hypothesis profile: {facts['hypothesis_profile']} ("
+        + (
+            f"shrinking bounded to {facts['shrink_seconds']} s per property"
+            if facts["shrink_seconds"]
+            else "no shrinking: first failing examples as found"
+        )
+        + ")",
     ]
     if not selection.write_verify:
         lines.append("canary write/verify group: absent from the module; those tests are skipped")

@@ -2,28 +2,40 @@
 
 - ``dev``: random, with the example database, for local runs;
 - ``ci``: derandomized, no deadline, no database, ``print_blob`` (chosen when ``CI`` is set);
-- ``nightly``: thousands of examples, random.
+- ``nightly``: thousands of examples, random;
+- ``mutation``: ``ci`` without shrinking, for the known-bad gate and the cosmic-ray runs
+  (``mutation/``), which need to know whether and how a run fails, not its smallest example.
 
 On the CPU (the Triton interpreter runs one program after another in numpy) every
-profile runs half of its examples; a test asks for a share of the profile's count
-with :func:`examples`, so the profile, not the test, decides how long a run takes.
+profile runs half of its examples and is loaded as ``<name>-cpu``; a test asks for a share
+of the profile's count with :func:`examples`, so the profile, not the test, decides how long
+a run takes.
+
+A failing run must end soon: shrinking a failure is bounded by :data:`SHRINK_SECONDS` per
+property (Hypothesis' own bound is five minutes, which under the interpreter it reaches), and
+``--canary-no-shrink`` leaves shrinking out altogether, reporting the first failing example
+as found. No profile but ``nightly`` runs Hypothesis' explain phase, which replays a failure
+many times.
 """
 
 from __future__ import annotations
 
 from hypothesis import HealthCheck, Phase, settings
+from hypothesis.internal.conjecture import engine as _engine
 
 CPU_SCALE = 0.5
 
 _COMMON = dict(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
-settings.register_profile("dev", max_examples=100, deadline=None, **_COMMON)
+# No explain phase: on the interpreter it can take minutes per failure, and the failing
+# example with its labelled draws already tells the story.
+_FAST_PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
+
+settings.register_profile("dev", max_examples=100, deadline=None, phases=_FAST_PHASES, **_COMMON)
 settings.register_profile(
     "ci",
     max_examples=200,
-    # no explain phase: on the interpreter it can take minutes per failure, and the failing
-    # example with its labelled draws already tells the story
-    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
+    phases=_FAST_PHASES,
     derandomize=True,
     deadline=None,
     database=None,
@@ -31,12 +43,35 @@ settings.register_profile(
     **_COMMON,
 )
 settings.register_profile("nightly", max_examples=2000, deadline=None, **_COMMON)
+# ``ci`` without shrinking: the same examples (derandomized, same counts), but a failure is
+# reported as first found. The known-bad gate and the cosmic-ray runs (``mutation/``) only
+# need to know whether, and how, a run fails.
+settings.register_profile(
+    "mutation",
+    max_examples=200,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target],
+    derandomize=True,
+    deadline=None,
+    database=None,
+    **_COMMON,
+)
 
-OWN_PROFILES = ("dev", "ci", "nightly")
+OWN_PROFILES = ("dev", "ci", "nightly", "mutation")
+
+#: Seconds Hypothesis may spend shrinking the failures of one property, per profile; a
+#: profile this suite does not define gets ``dev``'s. The failing example reported when the
+#: budget runs out is a real counterexample, only a less minimal one.
+SHRINK_SECONDS = {"dev": 20, "ci": 20, "nightly": 120}
 
 
-def select(name: str, *, on_cpu: bool) -> str:
-    """Load profile ``name``, scaled down when the device is the CPU; returns what was loaded."""
+def shrink_seconds(name: str) -> int:
+    """The shrink budget of profile ``name`` (``ci-cpu`` has ``ci``'s)."""
+    return SHRINK_SECONDS.get(name.removesuffix("-cpu").removesuffix("-no-shrink"), 20)
+
+
+def select(name: str, *, on_cpu: bool, shrink: bool = True) -> str:
+    """Load profile ``name``, scaled down when the device is the CPU and without the shrink
+    phase when ``shrink`` is false; returns the name of what was loaded."""
     if on_cpu and name in OWN_PROFILES:
         parent = settings.get_profile(name)
         scaled = f"{name}-cpu"
@@ -44,7 +79,18 @@ def select(name: str, *, on_cpu: bool) -> str:
             scaled, parent=parent, max_examples=max(1, int(parent.max_examples * CPU_SCALE))
         )
         name = scaled
+    if not shrink:
+        parent = settings.get_profile(name)
+        unshrunk = f"{name}-no-shrink"
+        settings.register_profile(
+            unshrunk,
+            parent=parent,
+            phases=[p for p in parent.phases if p not in (Phase.shrink, Phase.explain)],
+        )
+        name = unshrunk
     settings.load_profile(name)
+    # Hypothesis reads this module constant each time it starts shrinking a property's failures.
+    _engine.MAX_SHRINKING_SECONDS = shrink_seconds(name)
     return name
 
 

@@ -28,43 +28,133 @@ def slots_tensor(slots: Sequence[int], device) -> torch.Tensor:
 
 
 def describe_layouts(layouts: Sequence) -> str:
-    """A short configuration line for failure messages."""
+    """A short configuration text for failure messages, one source per line."""
     if not layouts:
         return "no sources"
     parts = []
     for i, layout in enumerate(layouts):
         parts.append(
             f"src{i}: {layout.dtype}{list(layout.shape)} page_size={layout.page_size} "
-            f"bytes/token={layout.num_bytes_per_token} read={layout.read_bytes} "
-            f"row stride {layout.row_stride_bytes} B, row {layout.row_bytes} B, "
+            f"bytes/token={layout.num_bytes_per_token} read_bytes={layout.read_bytes}\n"
+            f"      row stride {layout.row_stride_bytes} B, row {layout.row_bytes} B, "
             f"offset {layout.offset_bytes} B, fill={layout.fill}"
         )
-    return "; ".join(parts)
+    return "\n".join(parts)
 
 
-def fingerprint_repro(
-    impl_name: str, device, layouts, slots, mode, *, shared: bool = False, sources_expr=None
-) -> str:
-    """A snippet that rebuilds the failing call from its description."""
+def describe_world(world) -> str:
+    """A ``CanaryWorld`` for failure messages: modes and launch tags by name, one source a line."""
+    from .assertions import launch_tag_name
+
+    head = (
+        f"world: mode {mode_name(world.mode)}, kernel_kind {launch_tag_name(world.kernel_kind)}, "
+        f"{world.num_slots} slots of {world.slot_stride_bytes} B,\n"
+        f"       ring of {world.ring_capacity} rows from index {world.ring_start}, "
+        f"chain position assert {'on' if world.chain_assert else 'off'}, seed {world.seed}"
+    )
+    return head + "\n" + describe_layouts(world.sources)
+
+
+#: The folder ``--canary-impl path/to/mykv.py`` put on ``sys.path`` (set by the plugin), so
+#: that snippets import the implementation the same way.
+IMPL_FOLDER: str | None = None
+
+
+def import_impl_lines(impl_name: str, device) -> list[str]:
+    """The lines of a snippet that import the implementation and name the device."""
+    lines = ["import importlib, sys", "import numpy as np, torch", "import reference"]
+    if IMPL_FOLDER:
+        lines.append(f"sys.path.insert(0, {IMPL_FOLDER!r})")
+    lines.append(f"impl = importlib.import_module({impl_name!r}); device = {str(device)!r}")
+    return lines
+
+
+def mode_name(mode) -> str:
+    """A hash mode by its name, e.g. ``ALL`` for 2."""
+    try:
+        return reference.RealKvHashMode(int(mode)).name
+    except ValueError:
+        return str(int(mode))
+
+
+def fingerprint_repro(impl_name: str, device, layouts, slots, mode, *, shared: bool = False) -> str:
+    """A snippet that rebuilds the failing call from its description, computes the reference's
+    answer on the same bytes, and asserts that they are equal (so pasting it fails the same way).
+    """
     make = (
         "materialize_shared(layouts, device)"
         if shared
-        else ("[materialize(layout, device) for layout in layouts]")
+        else "[materialize(x, device) for x in layouts]"
     )
-    return "\n".join(
-        [
-            "    import torch, importlib",
-            "    from strategies import SourceLayout, materialize, materialize_shared",
-            f"    impl = importlib.import_module({impl_name!r}); device = {str(device)!r}",
-            f"    layouts = {tuple(layouts)!r}",
-            f"    sources = [m.build(impl) for m in {make}]",
-            f"    impl.fingerprint({sources_expr or 'sources'}, torch.tensor({list(slots)!r}, "
-            f"device=device), mode={int(mode)})",
-        ]
-    )
+    lines = [
+        *import_impl_lines(impl_name, device),
+        "from strategies import SourceLayout, materialize, materialize_shared",
+        f"layouts = {tuple(layouts)!r}",
+        f"made = {make}",
+        "sources = [m.build(impl) for m in made]",
+        f"slots = {list(slots)!r}",
+        f"got = impl.fingerprint(sources, torch.tensor(slots, device=device), "
+        f"mode=impl.RealKvHashMode.{mode_name(mode)}).cpu().numpy()",
+        "want = reference.fingerprint([m.reference_source() for m in made], "
+        f"np.array(slots, dtype=np.int64), {int(mode)})",
+        "bad = [(s, hex(g & (2**64 - 1)), hex(w & (2**64 - 1))) "
+        "for s, g, w in zip(slots, got.tolist(), want.tolist()) if g != w]",
+        'assert not bad, f"(slot, implementation, reference): {bad}"',
+    ]
+    return "\n".join("    " + line for line in lines)
 
 
 def reference_fingerprint(ref_sources, slots, mode) -> np.ndarray:
     return reference.fingerprint(
         list(ref_sources), np.asarray(list(slots), dtype=np.int64), int(mode)
     )
+
+
+def normalize_device(device) -> torch.device:
+    """``device`` as a ``torch.device`` with an index where torch gives tensors one.
+
+    ``cuda`` (also what ROCm builds of torch call their GPUs) without an index means the
+    current CUDA device; tensors made there report ``cuda:<index>``, and
+    ``torch.device("cuda") != torch.device("cuda:0")``.
+    """
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def same_device(a, b) -> bool:
+    """Whether ``a`` and ``b`` (devices or their names) are one device; the suite compares
+    devices only through this."""
+    return normalize_device(a) == normalize_device(b)
+
+
+# Helpers the write/verify reproduction snippets call (see test_write_verify.story).
+
+
+def check_world(made, state, what: str) -> None:
+    """The implementation's world ``made`` holds what the reference ``state`` holds: records,
+    write index, counters and ring rows (compared as a multiset: row order inside a launch is
+    unspecified). Raises an AssertionError naming each differing field."""
+    from .assertions import record_differences, ring_row_differences
+
+    got = made.reference_state()
+    problems = []
+    for name in ("violation_write_index", "slot_run_counter", "kernel_run_counter"):
+        g, w = int(getattr(got, name)[0]), int(getattr(state, name)[0])
+        if g != w:
+            problems.append(f"{name} got {g}, want {w}")
+    if not np.array_equal(got.canary_buf[:, 32:], state.canary_buf[:, 32:]):
+        problems.append("canary_buf bytes past the 32 record bytes changed")
+    records = [np.ascontiguousarray(s.canary_buf[:, :32]).view("<i8") for s in (got, state)]
+    problems += record_differences(*records)
+    problems += ring_row_differences(got.violation_ring, state.violation_ring)
+    assert not problems, f"{what}:\n  " + "\n  ".join(problems)
+
+
+def take_damage(made, state) -> None:
+    """Give the reference ``state`` the damage a corruption did to ``made``: its canary
+    records and KV bytes as they are now (ring and counters are untouched by corruptions)."""
+    fresh = made.reference_state()
+    state.canary_buf = fresh.canary_buf
+    state.real_kv_sources = fresh.real_kv_sources

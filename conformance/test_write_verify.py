@@ -1,8 +1,9 @@
-"""Write and verify (SPEC §5-§7) against the reference: buffers, rings, indices, counters."""
+"""Write and verify (CONTRACT §5-§7) against the reference: buffers, rings, indices, counters."""
 
 from __future__ import annotations
 
 import dataclasses
+import pprint
 
 import hypothesis
 import hypothesis.strategies as st
@@ -22,8 +23,9 @@ from hypothesis.stateful import (
 import reference
 import strategies as st_kv
 from conformance import profiles
-from conformance.assertions import fail
+from conformance.assertions import fail, record_differences, ring_row_differences, row_text
 from conformance.profiles import examples
+from conformance.support import describe_world, import_impl_lines
 
 pytestmark = pytest.mark.write_verify
 
@@ -70,55 +72,76 @@ class Snapshot:
 
 
 def story(impl, device, made: st_kv.MaterializedWorld) -> str:
-    """The calls made on ``made`` so far, as a snippet that repeats them."""
+    """The calls made on ``made`` so far, as a snippet that repeats them, has the reference
+    repeat them too, and asserts after each launch that both hold the same state; pasted into
+    a Python shell at the repository's root, it fails where the test failed."""
     lines = [
-        "import importlib",
+        *import_impl_lines(impl.__name__, device),
         "from strategies import *",
-        f"impl = importlib.import_module({impl.__name__!r}); device = {str(device)!r}",
-        *made.log,
-        "# compare with reference.write / reference.verify on made.reference_state()",
+        "from conformance.support import check_world, take_damage",
     ]
+    for entry in made.log:
+        if entry.startswith("made = materialize_world("):
+            lines += code("world", made.world).splitlines()
+            lines += ["made = materialize_world(world, device)", "state = made.reference_state()"]
+        elif entry.startswith("apply_corruption("):
+            lines += [entry, "take_damage(made, state)  # the reference sees the same damage"]
+        else:
+            lines += entry.splitlines()
     return "\n".join("    " + line for line in lines)
+
+
+def code(name: str, value) -> str:
+    """``name = value`` with the value's repr wrapped to keep lines under 100 columns."""
+    return f"{name} = " + pprint.pformat(value, width=90, sort_dicts=False).replace(
+        "\n", "\n" + " " * (len(name) + 3)
+    )
 
 
 def assert_same_state(
     got: Snapshot, want: Snapshot, *, index_before: int, what: str, config: str, repro: str = ""
 ):
-    """Two states agree: buffer bytes, ring rows (as a multiset within the launch), index, counters."""
+    """Two states agree: buffer bytes, ring rows (as a multiset within the launch), index, counters.
+
+    A difference is named field by field: ``slot 3: prev_hash got 0x..., want 0x...``,
+    ``ring row 0 (slot 7): expected_token got 0, want -1``.
+    """
     __tracebackhide__ = True
     problems = []
-    if not np.array_equal(got.canary_buf, want.canary_buf):
-        slots = np.flatnonzero((got.canary_buf != want.canary_buf).any(axis=1))
-        fields_got = np.ascontiguousarray(got.canary_buf[slots[0], :32]).view("<i8")
-        fields_want = np.ascontiguousarray(want.canary_buf[slots[0], :32]).view("<i8")
-        problems.append(
-            f"canary_buf differs in slots {slots.tolist()}; slot {slots[0]} holds "
-            f"{fields_got.tolist()}, the reference {fields_want.tolist()}"
-        )
     for name in ("write_index", "slot_run_counter", "kernel_run_counter"):
         if getattr(got, name) != getattr(want, name):
-            problems.append(
-                f"{name} = {getattr(got, name)}, the reference gives {getattr(want, name)}"
-            )
+            problems.append(f"{name} got {getattr(got, name)}, want {getattr(want, name)}")
+    if not np.array_equal(got.canary_buf[:, 32:], want.canary_buf[:, 32:]):
+        slots = np.flatnonzero((got.canary_buf[:, 32:] != want.canary_buf[:, 32:]).any(axis=1))
+        problems.append(f"canary_buf bytes past 32 changed in slots {slots.tolist()}")
+    records = [np.ascontiguousarray(s.canary_buf[:, :32]).view("<i8") for s in (got, want)]
+    problems += record_differences(*records)
     cap = len(want.ring)
     start, end = min(index_before, cap), min(want.write_index, cap)
     untouched = np.r_[0:start, end:cap]
-    if not np.array_equal(got.ring[untouched], want.ring[untouched]):
-        problems.append("ring rows outside this launch's range changed (a wrapping or stray store)")
-    got_rows, want_rows = got.new_rows(index_before), want.new_rows(index_before)
-    if got_rows.shape != want_rows.shape or not np.array_equal(got_rows, want_rows):
+    stray = untouched[(got.ring[untouched] != want.ring[untouched]).any(axis=1)]
+    if stray.size:
         problems.append(
-            f"new ring rows (as a multiset) differ:\n  got  {got_rows.tolist()}\n  want {want_rows.tolist()}"
+            f"ring rows {stray.tolist()} changed, outside this launch's rows [{start}, {end}) "
+            "(a wrapping or stray store)"
         )
+    problems += ring_row_differences(got.new_rows(index_before), want.new_rows(index_before))
     if problems:
-        fail(f"{what}: " + "\n".join(problems), config=config, repro=repro)
+        fail(f"{what}:\n  " + "\n  ".join(problems), config=config, repro=repro)
 
 
 def run_write(impl, world, batch, device, state=None):
     """Write ``batch`` with the implementation and (if given) the reference state."""
     world.log.append(
-        "impl.launch_canary_write_kernel(context=made.context(impl), "
-        f"**write_launch(impl, {batch!r}, device))"
+        "\n".join(
+            [
+                code("batch", batch),
+                "impl.launch_canary_write_kernel(context=made.context(impl), "
+                "**write_launch(impl, batch, device))",
+                "reference.write(state, **reference_write_launch(batch))",
+                f'check_world(made, state, "after launch {batch_number(world)} (write)")',
+            ]
+        )
     )
     impl.launch_canary_write_kernel(
         context=world.context(impl), **st_kv.write_launch(impl, batch, device)
@@ -130,14 +153,26 @@ def run_write(impl, world, batch, device, state=None):
 def run_verify(impl, world, batch, device, state=None):
     """Verify ``batch`` with the implementation and (if given) the reference state."""
     world.log.append(
-        "impl.launch_canary_verify_kernel(context=made.context(impl), "
-        f"**verify_launch(impl, {batch!r}, device))"
+        "\n".join(
+            [
+                code("batch", batch),
+                "impl.launch_canary_verify_kernel(context=made.context(impl), "
+                "**verify_launch(impl, batch, device))",
+                "reference.verify(state, **reference_verify_launch(batch))",
+                f'check_world(made, state, "after launch {batch_number(world)} (verify)")',
+            ]
+        )
     )
     impl.launch_canary_verify_kernel(
         context=world.context(impl), **st_kv.verify_launch(impl, batch, device)
     )
     if state is not None:
         reference.verify(state, **st_kv.reference_verify_launch(batch))
+
+
+def batch_number(world) -> int:
+    """How many launches ``world`` has seen before this one (its log's launch entries)."""
+    return sum(1 for entry in world.log if entry.startswith("batch = "))
 
 
 def draw_written_world(data, device, impl, *, batches=2, avoid_zero=False, **world_overrides):
@@ -166,7 +201,7 @@ def draw_written_world(data, device, impl, *, batches=2, avoid_zero=False, **wor
             Snapshot.of_state(state),
             index_before=index_before,
             what=f"after write batch {step}",
-            config=repr(world),
+            config=describe_world(world),
             repro=story(impl, device, made),
         )
         chains = chains + st_kv.chains_written(batch)
@@ -197,7 +232,7 @@ def test_verify_equals_reference(impl, device, data):
         Snapshot.of_state(state),
         index_before=index_before,
         what="after verify",
-        config=f"{made.world!r}\n{batch!r}",
+        config=describe_world(made.world) + "\n" + code("verify plan", batch),
         repro=story(impl, device, made),
     )
 
@@ -215,8 +250,9 @@ def test_write_then_verify_is_clean(impl, device, data):
     if after.write_index != before.write_index:
         fail(
             f"a clean verify of {batch.capacity} entries reported "
-            f"{after.write_index - before.write_index} violations: {rows.tolist()}",
-            config=f"{made.world!r}\n{chains!r}",
+            f"{after.write_index - before.write_index} violations:\n"
+            + "\n".join(line for row in rows for line in row_text(row)),
+            config=describe_world(made.world) + "\n" + code("chains", chains),
         )
     assert after.kernel_run_counter == before.kernel_run_counter + 1
     assert after.slot_run_counter == before.slot_run_counter + batch.capacity
@@ -279,8 +315,8 @@ def test_each_corruption_is_reported_exactly(impl, device, data):
     if got != expected:
         fail(
             f"after {corruption.describe()}, verify reported {bit_names(got)}, "
-            f"but SPEC §7 requires {bit_names(expected)}",
-            config=f"{made.world!r}\nchains={chains!r}",
+            f"but CONTRACT §7 requires {bit_names(expected)}",
+            config=describe_world(made.world) + "\n" + code("chains", chains),
             repro=story(impl, device, made),
         )
     assert_same_state(
@@ -310,8 +346,9 @@ def test_bytes_outside_read_windows_never_report(impl, device, data):
     after = Snapshot.of_world(made)
     if after.write_index != before:
         fail(
-            f"changing bytes outside every read window caused reports {after.new_rows(before).tolist()}",
-            config=repr(made.world),
+            "changing bytes outside every read window caused reports:\n"
+            + "\n".join(line for row in after.new_rows(before) for line in row_text(row)),
+            config=describe_world(made.world),
         )
 
 
@@ -347,7 +384,10 @@ def test_ring_is_fill_once_and_counts_past_capacity(impl, device, data):
         )
     stored = after.ring[min(start, cap) : min(start + n, cap)]
     if len(stored) and not (stored[:, 7] == 2).all():
-        fail(f"stored rows are not the {n} position reports: {stored.tolist()}")
+        fail(
+            f"stored rows are not the {n} position reports:\n"
+            + "\n".join(line for row in stored for line in row_text(row))
+        )
 
 
 @examples(0.5)
@@ -432,7 +472,7 @@ class CanaryMachine(RuleBasedStateMachine):
             Snapshot.of_state(self.model),
             index_before=getattr(self, "index_before", 0),
             what=f"after {self.step}",
-            config=repr(self.world.world),
+            config=describe_world(self.world.world),
             repro=story(self.impl, self.device, self.world),
         )
 
