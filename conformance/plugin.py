@@ -24,6 +24,8 @@ import pytest
 from . import profiles
 from .report import Recorder
 
+pytest_plugins = ["conformance.expectations"]  # --canary-expect, CANARY_CAPABILITIES
+
 CORE_NAMES = ("RealKvSource", "RealKvHashMode", "CanaryLaunchTag", "fingerprint")
 WRITE_VERIFY_NAMES = (
     "VerifyOrWriteContext",

@@ -70,7 +70,8 @@ def _layout(**fields) -> st_kv.SourceLayout:
         fill="dense",
         seed=7,
     )
-    return st_kv.SourceLayout(**{**base, **fields})
+    # within the implementation's declared source rank (CANARY_CAPABILITIES), same bytes
+    return st_kv.fit_source_ndim(st_kv.SourceLayout(**{**base, **fields}))
 
 
 # Pinned cases, each aimed at a bug of SPEC §9 that random draws find only now and then.
@@ -366,6 +367,59 @@ def _far_source(impl, device, *, gap: int):
         view,
         impl.RealKvSource(tensor=view, page_size=2, num_bytes_per_token=128, read_bytes=128),
     )
+
+
+# N-D sources, whatever rank the implementation declares: SPEC §3 reads a row as its bytes.
+ND_ROWS = {
+    "bf16 [3, 2, 48], hole, gap, offset": st_kv.SourceLayout(
+        dtype="bfloat16",
+        rows=3,
+        row_shape=(2, 48),
+        page_size=2,
+        num_bytes_per_token=64,
+        read_bytes=48,
+        row_stride_bytes=256,
+        offset_bytes=48,
+        tail_bytes=5,
+        fill="dense",
+        seed=7,
+    ),
+    "fp16 [2, 2, 2, 32]": st_kv.SourceLayout(
+        dtype="float16",
+        rows=2,
+        row_shape=(2, 2, 32),
+        page_size=4,
+        num_bytes_per_token=64,
+        read_bytes=64,
+        row_stride_bytes=256,
+        offset_bytes=0,
+        tail_bytes=0,
+        fill="dense",
+        seed=11,
+    ),
+    "int32 [3, 1, 48]": st_kv.SourceLayout(
+        dtype="int32",
+        rows=3,
+        row_shape=(1, 48),
+        page_size=3,
+        num_bytes_per_token=64,
+        read_bytes=48,
+        row_stride_bytes=192,
+        offset_bytes=16,
+        tail_bytes=3,
+        fill="dense",
+        seed=12,
+    ),
+}
+
+
+@pytest.mark.parametrize("mode", [1, 2], ids=["PARTIAL", "ALL"])
+@pytest.mark.parametrize("name", list(ND_ROWS))
+def test_nd_rows_hash_as_their_bytes(impl, impl_name, device, name, mode):
+    """An N-D source (dense rows) hashes like the reference, i.e. like its rows' bytes."""
+    layout = ND_ROWS[name]
+    slots = list(range(layout.capacity))[::-1]
+    run_both(impl, impl_name, device, (layout,), slots, mode, False)
 
 
 @pytest.mark.parametrize(

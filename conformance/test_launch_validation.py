@@ -63,6 +63,7 @@ def world(impl, device) -> tuple[st_kv.MaterializedWorld, dict]:
         fill="dense",
         seed=3,
     )
+    layout = st_kv.fit_source_ndim(layout)  # [4, 128] for a 2-D-only implementation
     made = st_kv.materialize_world(
         st_kv.CanaryWorld(
             sources=(layout,),

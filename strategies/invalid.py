@@ -18,7 +18,7 @@ import numpy as np
 from hypothesis.errors import InvalidArgument
 
 import reference
-from strategies.layouts import ELEMENT_SIZES, _align16, _row_shapes
+from strategies.layouts import ELEMENT_SIZES, _align16, _row_shapes, source_ndim_max
 from strategies.materialize import available_dtypes, describe, materialize_object
 
 __all__ = [
@@ -366,7 +366,7 @@ def _invalid_case(draw, break_sets_by_rule):
             off_grid = need - 8 if "too_narrow" in breaks else need + 8
             base_inner, ops = (off_grid // element_size,), ()
         else:
-            base_inner, ops = draw(_row_shapes(row_elems, True)), ()
+            base_inner, ops = draw(_row_shapes(row_elems, True, source_ndim_max())), ()
         base_row_bytes = math.prod(base_inner) * element_size
         gap_bytes = 0 if classic else 16 * draw(st.integers(0, 2))
         if "row_stride" in breaks:

@@ -6,6 +6,7 @@ Nothing here touches torch: a :class:`SourceLayout` is a description, and
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -18,13 +19,16 @@ __all__ = [
     "FILLS",
     "FingerprintCase",
     "fingerprint_cases",
+    "fit_source_ndim",
     "PARTIAL_READ_BYTES",
     "SourceLayout",
     "modes",
     "outside_byte_offsets",
     "slot_indices",
     "slot_window_starts",
+    "set_source_ndim_max",
     "source_layouts",
+    "source_ndim_max",
     "source_tuples",
     "window_byte_offsets",
 ]
@@ -58,6 +62,38 @@ _MAX_SLOT_LIST = 256
 
 def _align16(n: int) -> int:
     return -(-n // 16) * 16
+
+
+# The highest tensor rank (rows included) a drawn layout may have; None: no limit. It is a
+# capability of the implementation under test (an engine whose launch contract takes
+# ``[rows, bytes]`` views only declares 2), set once per run before any strategy draws.
+_source_ndim_max: int | None = None
+
+
+def set_source_ndim_max(ndim: int | None) -> None:
+    """Limit every layout drawn from now on (and :func:`fit_source_ndim`) to ``ndim`` dims.
+
+    ``None`` lifts the limit. ``2`` means flat rows only: ``[rows, elements]`` views, so an
+    implementation that refuses N-D sources still meets every hashing, chain, ring and
+    counter property; the N-D cases are then the suite's dedicated N-D tests alone.
+    """
+    global _source_ndim_max
+    if ndim is not None:
+        _check_int("ndim", ndim, 2, 64)
+    _source_ndim_max = ndim
+
+
+def source_ndim_max() -> int | None:
+    """The limit set by :func:`set_source_ndim_max` (None: none)."""
+    return _source_ndim_max
+
+
+def fit_source_ndim(layout: SourceLayout) -> SourceLayout:
+    """``layout``, with its row flattened (same bytes, same strides in bytes) if the limit
+    of :func:`set_source_ndim_max` is below its rank; unchanged otherwise."""
+    if _source_ndim_max is None or 1 + len(layout.row_shape) <= _source_ndim_max:
+        return layout
+    return dataclasses.replace(layout, row_shape=(math.prod(layout.row_shape),))
 
 
 @dataclass(frozen=True)
@@ -186,10 +222,15 @@ def _check_int(name: str, value: object, lo: int, hi: int) -> None:
         raise InvalidArgument(f"{name}={value!r} must be an int in [{lo}, {hi}]")
 
 
-def _row_shapes(row_elems: int, nd_rows: bool) -> st.SearchStrategy[tuple[int, ...]]:
-    """Ways to shape ``row_elems`` elements as dims 1.. of a tensor; flat rows shrink first."""
+def _row_shapes(
+    row_elems: int, nd_rows: bool, ndim_max: int | None = None
+) -> st.SearchStrategy[tuple[int, ...]]:
+    """Ways to shape ``row_elems`` elements as dims 1.. of a tensor; flat rows shrink first.
+
+    ``ndim_max`` caps the rank of the tensor (rows included); None: no cap.
+    """
     flat = st.just((row_elems,))
-    if not nd_rows:
+    if not nd_rows or (ndim_max is not None and ndim_max <= 2):
         return flat
     two_d = []
     three_d = []
@@ -206,7 +247,8 @@ def _row_shapes(row_elems: int, nd_rows: bool) -> st.SearchStrategy[tuple[int, .
         )
     # Grouped so each kind of shape is drawn often, however many factorizations there are.
     choices = [flat, st.just((1, row_elems))]
-    choices += [st.sampled_from(group) for group in (two_d, three_d) if group]
+    groups = (two_d, three_d) if ndim_max is None or ndim_max > 3 else (two_d,)
+    choices += [st.sampled_from(group) for group in groups if group]
     return st.one_of(choices)
 
 
@@ -242,7 +284,7 @@ def _source_layouts(
         unit = 16 if not row_gaps else element_size
         hole_bytes = unit * draw(st.integers(0, max(1, 48 // unit)))
     row_elems = (slot_layout_bytes + hole_bytes) // element_size
-    row_shape = draw(_row_shapes(row_elems, nd_rows))
+    row_shape = draw(_row_shapes(row_elems, nd_rows, _source_ndim_max))
     row_bytes = row_elems * element_size
 
     row_stride_bytes = _align16(row_bytes)
@@ -289,7 +331,7 @@ def source_layouts(
     has. ``holes`` lets a row be longer than ``page_size * num_bytes_per_token``;
     ``row_gaps`` lets the row stride exceed the row; ``offsets`` puts bytes before the view
     and after its last row; ``nd_rows`` draws rows like ``(heads, head_dim)`` as well as
-    flat ones; ``fills`` is drawn from :data:`FILLS`. Every layout has
+    flat ones, within the rank limit of :func:`set_source_ndim_max`; ``fills`` is drawn from :data:`FILLS`. Every layout has
     ``capacity >= min_capacity``.
 
     Example draw::

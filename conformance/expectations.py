@@ -1,0 +1,191 @@
+"""Expected failures of one implementation (``--canary-expect FILE``), and its capabilities.
+
+A pytest plugin module, registered by ``conformance.plugin``. Two things about the module
+under test that the suite must know before it collects:
+
+- **Expectations.** ``--canary-expect FILE`` (or ``CANARY_EXPECT``) names a file of tests
+  expected to fail for this implementation, one per line, each with a one-line reason::
+
+      # comment lines and blank lines are ignored
+      conformance/test_golden.py::test_fingerprint_vector[fp-nd-rows-*]  # [1] N-D source refused
+
+  The test id is a pytest node id as the run prints it; ``*`` matches any run of characters
+  and every other character is literal (``[`` included). The reason follows the first
+  ``" # "`` and must not be empty. ``ID -> ValueError  # reason`` narrows the entry to one
+  exception type (a builtin one): the test then fails the run if it fails any other way. An entry names tests inside a module: its pattern holds
+  ``::`` followed by a literal character, so no entry hides a whole module. A listed test that
+  fails is reported as xfail with its reason; a listed test that passes fails the run (strict
+  xfail); a failure not listed fails the run as always. Entries that match no collected test
+  are printed at the end of the run (a narrowed run, with ``-k``, leaves some unmatched).
+
+- **Capabilities.** The module under test may declare ``CANARY_CAPABILITIES``, a dict; the
+  suite knows ``source_ndim_max`` (an int >= 2: the highest rank of a source tensor it takes).
+  It is handed to the strategies (:func:`strategies.set_source_ndim_max`), so that generated
+  layouts, the suite's fixed layouts and its launch-validation world stay within it, and the
+  suite's dedicated N-D tests alone show the limit.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import re
+from dataclasses import dataclass, field
+
+import pytest
+
+import strategies
+
+KNOWN_CAPABILITIES = ("source_ndim_max",)
+_SEPARATOR = " # "
+
+
+@dataclass
+class Entry:
+    """One line of an expectations file."""
+
+    pattern: str
+    reason: str
+    line: int
+    regex: re.Pattern = field(repr=False)
+    raises: type[BaseException] | None = None
+    matched: int = 0
+
+
+class ExpectationsError(ValueError):
+    """A malformed expectations file."""
+
+
+def _compile(pattern: str) -> re.Pattern:
+    return re.compile("".join(".*" if c == "*" else re.escape(c) for c in pattern) + r"\Z")
+
+
+def parse(text: str, *, source: str = "<expectations>") -> list[Entry]:
+    """The entries of an expectations file; :class:`ExpectationsError` names a bad line."""
+    entries = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        where = f"{source}:{number}"
+        pattern, separator, reason = line.partition(_SEPARATOR)
+        pattern, reason = pattern.strip(), reason.strip()
+        if not separator or not reason:
+            raise ExpectationsError(
+                f"{where}: every entry needs a reason after ' # ', got {line!r}"
+            )
+        raises = None
+        pattern, arrow, exception = pattern.partition(" -> ")
+        pattern = pattern.strip()
+        if arrow:
+            raises = getattr(builtins, exception.strip(), None)
+            if not (isinstance(raises, type) and issubclass(raises, BaseException)):
+                raise ExpectationsError(
+                    f"{where}: {exception.strip()!r} is not a builtin exception type"
+                )
+        module, sep, rest = pattern.partition("::")
+        if not sep or not rest or rest[0] == "*" or "*" in module:
+            raise ExpectationsError(
+                f"{where}: {pattern!r} would hide a whole module; name tests inside one "
+                "(a literal module path, '::', then a literal start of the test name)"
+            )
+        entries.append(Entry(pattern, reason, number, _compile(pattern), raises))
+    return entries
+
+
+def load(path: str) -> list[Entry]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as error:
+        raise pytest.UsageError(f"--canary-expect {path!r}: {error}") from error
+    try:
+        return parse(text, source=path)
+    except ExpectationsError as error:
+        raise pytest.UsageError(f"--canary-expect: {error}") from error
+
+
+def capabilities(module) -> dict:
+    """The module's declared ``CANARY_CAPABILITIES``, checked; {} when it declares none."""
+    declared = getattr(module, "CANARY_CAPABILITIES", None)
+    if declared is None:
+        return {}
+    name = getattr(module, "__name__", "?")
+    if not isinstance(declared, dict):
+        raise pytest.UsageError(f"{name}.CANARY_CAPABILITIES must be a dict, got {declared!r}")
+    unknown = sorted(set(declared) - set(KNOWN_CAPABILITIES))
+    if unknown:
+        raise pytest.UsageError(
+            f"{name}.CANARY_CAPABILITIES: unknown {', '.join(unknown)}; the suite knows "
+            f"{', '.join(KNOWN_CAPABILITIES)}"
+        )
+    ndim = declared.get("source_ndim_max")
+    if ndim is not None and (isinstance(ndim, bool) or not isinstance(ndim, int) or ndim < 2):
+        raise pytest.UsageError(
+            f"{name}.CANARY_CAPABILITIES['source_ndim_max'] must be an int >= 2, got {ndim!r}"
+        )
+    return dict(declared)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("canary").addoption(
+        "--canary-expect",
+        default=None,
+        metavar="FILE",
+        help="tests expected to fail for this implementation, each with a reason "
+        "(default: $CANARY_EXPECT); see conformance/expectations.py",
+    )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    path = config.getoption("--canary-expect", default=None) or os.environ.get("CANARY_EXPECT")
+    config._canary_expectations = (path, load(path)) if path else (None, [])
+    selection = getattr(config, "_canary_selection", None)
+    declared = capabilities(selection.module) if selection is not None else {}
+    config._canary_capabilities = declared
+    strategies.set_source_ndim_max(declared.get("source_ndim_max"))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if hasattr(config, "_canary_capabilities"):
+        strategies.set_source_ndim_max(None)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = []
+    path, entries = getattr(config, "_canary_expectations", (None, []))
+    if path:
+        lines.append(f"canary expectations: {path} ({len(entries)} expected failures)")
+    declared = getattr(config, "_canary_capabilities", {})
+    if declared:
+        lines.append(
+            "canary capabilities: " + ", ".join(f"{k}={v!r}" for k, v in sorted(declared.items()))
+        )
+    return lines
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _, entries = getattr(config, "_canary_expectations", (None, []))
+    if not entries:
+        return
+    for item in items:
+        for entry in entries:
+            if entry.regex.match(item.nodeid):
+                entry.matched += 1
+                item.add_marker(
+                    pytest.mark.xfail(reason=entry.reason, strict=True, raises=entry.raises)
+                )
+                break
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    path, entries = getattr(config, "_canary_expectations", (None, []))
+    if not path:
+        return
+    unmatched = [entry for entry in entries if not entry.matched]
+    if unmatched:
+        terminalreporter.section("canary expectations matching no collected test")
+        for entry in unmatched:
+            terminalreporter.line(f"{path}:{entry.line}: {entry.pattern}")
