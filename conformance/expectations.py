@@ -17,6 +17,8 @@ under test that the suite must know before it collects:
   fails is reported as xfail with its reason; a listed test that passes fails the run (strict
   xfail); a failure not listed fails the run as always. Entries that match no collected test
   are printed at the end of the run (a narrowed run, with ``-k``, leaves some unmatched).
+  An expectations file records the failures of a fixed set of examples, so a run with one is
+  derandomized: a random profile (``dev``, ``nightly``) is loaded as ``<profile>-derandomized``.
 
 - **Capabilities.** The module under test may declare ``CANARY_CAPABILITIES``, a dict; the
   suite knows ``source_ndim_max`` (an int >= 2: the highest rank of a source tensor it takes).
@@ -33,6 +35,7 @@ import re
 from dataclasses import dataclass, field
 
 import pytest
+from hypothesis import settings
 
 import strategies
 
@@ -142,6 +145,14 @@ def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("--canary-expect", default=None) or os.environ.get("CANARY_EXPECT")
     config._canary_expectations = (path, load(path)) if path else (None, [])
     selection = getattr(config, "_canary_selection", None)
+    if path and selection is not None and not settings.default.derandomize:
+        # a random draw could miss a listed failure, and a strict xfail would then fail the run
+        fixed = f"{selection.profile}-derandomized"
+        settings.register_profile(
+            fixed, parent=settings.get_profile(selection.profile), derandomize=True, database=None
+        )
+        settings.load_profile(fixed)
+        selection.profile = fixed
     declared = capabilities(selection.module) if selection is not None else {}
     config._canary_capabilities = declared
     strategies.set_source_ndim_max(declared.get("source_ndim_max"))

@@ -7,4 +7,7 @@ cd "$root"
 "$venv/bin/ruff" check .
 "$venv/bin/ruff" format --check .
 "$py" -m conformance.gate --jobs 2
+# the sglang leg: SGLang's own kv_canary, which must fail exactly as its expectations file says
+run_pytest conformance --canary-impl conformance.adapters.sglang --canary-device cpu \
+    --canary-expect conformance/expectations/sglang-0.5.23.txt --hypothesis-profile ci
 run_pytest tests "$@"
