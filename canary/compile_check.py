@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import json
 import re
 import shutil
 import subprocess
@@ -85,8 +86,9 @@ def inactive_driver(target: GPUTarget) -> Iterator[None]:
 
 
 def parse_target(text: str) -> GpuType:
-    """``cuda:90``, ``hip:gfx942``, a compile leg (``sm90``) or a GPU label (``h200``)."""
-    wanted = text.strip().lower()
+    """``cuda:90``, ``hip:gfx942``, a compile leg (``sm90``, ``compile-sm90``) or a GPU type
+    (``h200``, ``cuda-h200``)."""
+    wanted = text.strip().lower().removeprefix("compile-")  # a tox env name works too
     for gpu in GPU_TYPES:
         if wanted in (gpu.target_name, gpu.compile_leg, gpu.label, gpu.leg):
             return gpu
@@ -217,7 +219,7 @@ class Compiled:
     registers: int | None = None  # per thread: NVIDIA regs, AMD VGPRs
     spill_bytes: int | None = None  # NVIDIA: local memory per thread; AMD: VGPR+SGPR spills
     shared_bytes: int | None = None
-    asm: dict = dataclasses.field(default_factory=dict)  # "ptx"/"amdgcn" text
+    asm: dict = dataclasses.field(default_factory=dict)  # "ttir" and "ptx"/"amdgcn" text
     error: str | None = None
 
 
@@ -276,11 +278,12 @@ def compile_variant(kernels, launch: _runtime.Launch, gpu: GpuType) -> Compiled:
         return result
     result.seconds = time.perf_counter() - start
     result.shared_bytes = getattr(compiled.metadata, "shared", None)
+    result.asm = {"ttir": compiled.asm["ttir"]}
     if gpu.backend == "cuda":
-        result.asm = {"ptx": compiled.asm["ptx"]}
+        result.asm["ptx"] = compiled.asm["ptx"]
         result.registers, result.spill_bytes = _nvidia_resources(compiled.asm["cubin"])
     else:
-        result.asm = {"amdgcn": compiled.asm["amdgcn"]}
+        result.asm["amdgcn"] = compiled.asm["amdgcn"]
         result.registers, result.spill_bytes = _amd_resources(compiled.asm["amdgcn"])
     return result
 
@@ -327,11 +330,20 @@ def report(gpu: GpuType, results: list[Compiled], out=sys.stdout) -> int:
     return failed
 
 
-def _write_asm(directory: Path, gpu: GpuType, results: list[Compiled]) -> None:
+def write_asm(directory: Path, gpu: GpuType, results: list[Compiled]) -> None:
+    """Each variant's TTIR and PTX/AMDGCN as files, and ``<leg>-variants.json`` indexing them."""
     directory.mkdir(parents=True, exist_ok=True)
-    for index, item in enumerate(results):
+    index = []
+    for number, item in enumerate(results):
+        files = {}
         for kind, text in item.asm.items():
-            (directory / f"{gpu.compile_leg}-{index:02d}-{item.kernel}.{kind}").write_text(text)
+            path = directory / f"{gpu.compile_leg}-{number:02d}-{item.kernel}.{kind}"
+            path.write_text(text)
+            files[kind] = path.name
+        fields = dataclasses.asdict(item)
+        fields["asm"] = files
+        index.append(fields)
+    (directory / f"{gpu.compile_leg}-variants.json").write_text(json.dumps(index, indent=1))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -346,7 +358,12 @@ def main(argv: list[str] | None = None) -> int:
         help="cuda:90, hip:gfx942, a compile leg (sm90, gfx950) or a GPU label (h200); repeatable",
     )
     parser.add_argument("--all", action="store_true", help="every target of the GPU matrix")
-    parser.add_argument("--asm-dir", type=Path, help="also write each variant's PTX/AMDGCN here")
+    parser.add_argument(
+        "--asm-dir", type=Path, help="also write each variant's TTIR, PTX/AMDGCN here"
+    )
+    parser.add_argument(
+        "--kernel", action="append", default=[], help="only this kernel's variants; repeatable"
+    )
     options = parser.parse_args(argv)
     try:
         gpus = [parse_target(text) for text in options.target]
@@ -356,13 +373,17 @@ def main(argv: list[str] | None = None) -> int:
         gpus += [gpu for gpu in compile_targets().values() if gpu not in gpus]
     if not gpus:
         parser.error("name a --target or give --all")
-    launches = variants()
+    launches = [
+        launch for launch in variants() if launch.name in options.kernel or not options.kernel
+    ]
+    if not launches:
+        parser.error(f"no variant of kernel(s) {options.kernel}")
     failed = 0
     for gpu in gpus:
         results = check_target(gpu, launches)
         failed += report(gpu, results)
         if options.asm_dir is not None:
-            _write_asm(options.asm_dir, gpu, results)
+            write_asm(options.asm_dir, gpu, results)
     if len(gpus) > 1:
         print(f"all targets: {failed} variant(s) failed" if failed else "all targets compiled")
     return min(failed, 100)

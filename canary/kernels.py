@@ -50,13 +50,22 @@ def fold_source(slots, mask, base_addr, row_stride_bytes, page_size, bytes_per_t
     # Lanes that are masked off (or hold a negative slot) load nothing and fold to garbage
     # that the caller discards.
     live = mask & (slots >= 0)
+    # The division by page_size happens here, once per slot and source, never per word.
     rows = slots // page_size
     cols = (slots % page_size) * bytes_per_token
-    addrs = base_addr + rows * row_stride_bytes + cols  # int64 byte addresses
-    words = addrs.to(tl.pointer_type(tl.uint64))  # 8-byte aligned: rows and slots are 16-aligned
+    starts = base_addr + rows * row_stride_bytes + cols  # int64 byte addresses
+    # Every window starts 16-byte aligned (16-aligned data_ptr, row stride and bytes per
+    # token, SPEC §3) and is a whole number of 16-byte chunks, so each lane reads its window
+    # as [2]-word tiles: the compiler, told the alignment, issues one 16-byte load per chunk.
+    pair = tl.arange(0, 2)
+    words = starts.to(tl.pointer_type(tl.uint64))[:, None] + pair[None, :]  # [BLOCK, 2]
+    words = tl.max_contiguous(tl.multiple_of(words, [16, 2]), [1, 2])
+    live_pair = live[:, None] & (pair[None, :] < 2)
     acc = as_u64(slots * 0)
-    for w in range(0, num_words):
-        acc = splitmix64(acc ^ tl.load(words + w, mask=live, other=0))
+    for chunk in range(0, num_words // 2):
+        low, high = tl.split(tl.load(words + 2 * chunk, mask=live_pair, other=0))
+        acc = splitmix64(acc ^ low)
+        acc = splitmix64(acc ^ high)
     return acc
 
 
@@ -115,7 +124,7 @@ def append_violation(
     emit,  # which lanes report a violation
 ):
     # Fill-once ring: every violation takes an index; only those below the capacity are stored.
-    idx = tl.atomic_add(write_index_ptr + (slot * 0).to(tl.int32), 1, mask=emit)
+    idx = tl.atomic_add(write_index_ptr + slot * 0, 1, mask=emit)
     keep = emit & (idx < ring_capacity)
     row = ring_ptr + idx.to(tl.int64) * 8
     tl.store(row + 0, kind + slot * 0, mask=keep)

@@ -15,6 +15,7 @@ from ._runtime import launch_kernel
 from .constants import CANARY_SLOT_BYTES, VIOLATION_FIELDS, CanaryLaunchTag, RealKvHashMode
 from .plans import VerifyOrWriteContext, VerifyPlan, WritePlan
 from .real_kv_hash import (
+    FOLD_NUM_WARPS,
     as_mode,
     check_slots_in_sources,
     check_source_count,
@@ -199,6 +200,7 @@ def launch_canary_verify_kernel(
         NUM_SOURCES=num_sources,
         CHECK_TOKEN=bool(check_verify_expected_token),
         BLOCK=VERIFY_BLOCK,
+        num_warps=FOLD_NUM_WARPS,
     )
 
 

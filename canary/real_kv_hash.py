@@ -12,6 +12,11 @@ from .constants import MAX_REAL_KV_SOURCES, PARTIAL_READ_BYTES, RealKvHashMode
 from .source import RealKvSource
 
 FINGERPRINT_BLOCK = 128  # slots per program
+# Warps per program of the kernels that fold sources: the fold reads [BLOCK, 2]-word tiles,
+# and with 2 warps each thread holds at least two words of a slot on NVIDIA (32 lanes) and
+# on AMD (64 lanes), which is what lets the compiler issue 16-byte loads (see
+# tests/test_codegen.py).
+FOLD_NUM_WARPS = 2
 
 
 def as_mode(mode: object) -> RealKvHashMode:
@@ -117,6 +122,7 @@ def launch_fingerprint(
         *args,
         NUM_SOURCES=num_sources,
         BLOCK=FINGERPRINT_BLOCK,
+        num_warps=FOLD_NUM_WARPS,
     )
 
 

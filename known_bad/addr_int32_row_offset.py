@@ -9,8 +9,8 @@ from known_bad._mutate import export, patch_kernels
 
 patch_kernels(
     (
-        "addrs = base_addr + rows * row_stride_bytes + cols",
-        "addrs = base_addr + (rows * row_stride_bytes).to(tl.int32).to(tl.int64) + cols",
+        "starts = base_addr + rows * row_stride_bytes + cols",
+        "starts = base_addr + (rows * row_stride_bytes).to(tl.int32).to(tl.int64) + cols",
     ),
 )
 

@@ -24,8 +24,8 @@ def fold_source("""
 patch_kernels(
     ("def fold_source(", _BYTESWAP),
     (
-        "acc = splitmix64(acc ^ tl.load(words + w, mask=live, other=0))",
-        "acc = splitmix64(acc ^ byteswap64(tl.load(words + w, mask=live, other=0)))",
+        "acc = splitmix64(acc ^ low)\n        acc = splitmix64(acc ^ high)",
+        "acc = splitmix64(acc ^ byteswap64(low))\n        acc = splitmix64(acc ^ byteswap64(high))",
     ),
 )
 

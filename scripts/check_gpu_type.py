@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import re
 import sys
+from pathlib import Path
+
+# run as a script from anywhere: the project root (canary's table of GPU types) comes first
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+from canary.gpu_types import GPU_TYPES, VENDORS
 
 # label -> (vendor, names that identify it in torch.cuda.get_device_name or the gfx arch)
-KNOWN = {
-    "a100": ("cuda", ("a100",)),
-    "h100": ("cuda", ("h100",)),
-    "h200": ("cuda", ("h200",)),
-    "mi300": ("rocm", ("mi300", "gfx942")),
-}
-VENDORS = ("cuda", "rocm")
+KNOWN = {gpu.label: (gpu.vendor, gpu.aliases) for gpu in GPU_TYPES}
 
 
 def parse_label(label: str) -> tuple[str, str]:
