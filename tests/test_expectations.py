@@ -1,0 +1,180 @@
+"""conformance.expectations: --canary-expect files and CANARY_CAPABILITIES, run in a real pytest."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import given, settings
+
+import strategies as st_kv
+from conformance.expectations import ExpectationsError, parse
+
+SAMPLE = """
+def test_fails():
+    assert 1 + 1 == 3
+
+def test_passes():
+    assert 1 + 1 == 2
+
+def test_raises_value_error():
+    raise ValueError("boom")
+"""
+
+
+def run_suite(tmp_path, expectations: str | None, *args: str, sample: str = SAMPLE):
+    """Run pytest with the suite's plugin on a sample file; returns (exit code, output)."""
+    (tmp_path / "test_sample.py").write_text(textwrap.dedent(sample))
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rfxX"]
+    command += ["--canary-impl", "canary", "--canary-device", "cpu", "test_sample.py", *args]
+    if expectations is not None:
+        (tmp_path / "expect.txt").write_text(textwrap.dedent(expectations))
+        command += ["--canary-expect", "expect.txt"]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_listed_failure_is_an_xfail_with_its_reason(tmp_path):
+    """A listed test that fails is reported as xfail with the listed reason; the run passes."""
+    code, out = run_suite(
+        tmp_path,
+        """
+        # a comment
+        test_sample.py::test_fails  # [9] one plus one is not three here
+        test_sample.py::test_raises_value_error -> ValueError  # [9] raises as expected
+        """,
+    )
+    assert code == 0, out
+    assert "XFAIL test_sample.py::test_fails - [9] one plus one is not three here" in out
+    assert "1 passed, 2 xfailed" in out
+
+
+def test_listed_pass_fails_the_run(tmp_path):
+    """A listed test that passes fails the run (strict)."""
+    code, out = run_suite(
+        tmp_path,
+        """
+        test_sample.py::test_fails  # [9] fails
+        test_sample.py::test_passes  # [9] listed, but passes
+        test_sample.py::test_raises_value_error  # [9] fails
+        """,
+    )
+    assert code == 1, out
+    assert "[XPASS(strict)] [9] listed, but passes" in out
+
+
+def test_unlisted_failure_fails_the_run(tmp_path):
+    """A failure that the file does not list fails the run."""
+    code, out = run_suite(tmp_path, "test_sample.py::test_raises_value_error  # [9] fails\n")
+    assert code == 1, out
+    assert "FAILED test_sample.py::test_fails" in out
+
+
+def test_an_empty_file_fails_every_failure(tmp_path):
+    """With no entries, every failing test fails the run as without a file."""
+    code, out = run_suite(tmp_path, "# nothing expected\n")
+    assert code == 1, out
+    assert "2 failed, 1 passed" in out
+
+
+def test_failing_another_way_than_listed_fails_the_run(tmp_path):
+    """An entry narrowed to one exception type does not cover a failure of another type."""
+    code, out = run_suite(
+        tmp_path,
+        """
+        test_sample.py::test_fails -> ValueError  # [9] expected a ValueError
+        test_sample.py::test_raises_value_error -> ValueError  # [9] fails
+        """,
+    )
+    assert code == 1, out
+    assert "FAILED test_sample.py::test_fails" in out
+
+
+def test_globs_and_unmatched_entries(tmp_path):
+    """``*`` matches any run of characters, ``[`` is literal; unmatched entries are printed."""
+    code, out = run_suite(
+        tmp_path,
+        """
+        test_sample.py::test_*fail*  # [9] glob
+        test_sample.py::test_raises_*  # [9] glob
+        test_sample.py::test_gone[x]  # [9] no such test
+        """,
+    )
+    assert code == 0, out
+    assert "expect.txt:4: test_sample.py::test_gone[x]" in out
+
+
+def test_declared_capability_limits_the_drawn_layouts(tmp_path):
+    """An implementation declaring source_ndim_max=2 gets 2-D layouts only, drawn and fitted."""
+    (tmp_path / "two_d_impl.py").write_text(
+        "from canary import *  # noqa\nfrom canary import fingerprint, RealKvSource\n"
+        "CANARY_CAPABILITIES = {'source_ndim_max': 2}\n"
+    )
+    sample = """
+    import dataclasses
+    from hypothesis import given, settings
+    import strategies as st_kv
+
+    @settings(max_examples=200, database=None)
+    @given(st_kv.source_layouts())
+    def test_two_d(layout):
+        assert len(layout.shape) == 2
+
+    def test_fitted():
+        layout = st_kv.SourceLayout(dtype="bfloat16", rows=2, row_shape=(2, 64), page_size=4,
+            num_bytes_per_token=64, read_bytes=32, row_stride_bytes=256, offset_bytes=0,
+            tail_bytes=0, fill="dense", seed=1)
+        fitted = st_kv.fit_source_ndim(layout)
+        assert fitted.shape == (2, 128)
+        assert dataclasses.replace(fitted, row_shape=(2, 64)) == layout
+    """
+    code, out = run_suite(tmp_path, None, "--canary-impl", "two_d_impl", sample=sample)
+    assert code == 0, out
+    assert "2 passed" in out
+    code, out = run_suite(tmp_path, None, sample=sample)  # canary declares nothing: N-D drawn
+    assert code == 1, out
+    assert "FAILED test_sample.py::test_two_d" in out
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("test_x.py::test_a\n", "needs a reason"),
+        ("test_x.py::test_a #\n", "needs a reason"),
+        ("test_x.py  # a whole module\n", "would hide a whole module"),
+        ("test_x.py::*  # every test of it\n", "would hide a whole module"),
+        ("test_*.py::test_a  # many modules\n", "would hide a whole module"),
+        ("test_x.py::test_a -> NoSuchError  # why\n", "not a builtin exception type"),
+    ],
+)
+def test_malformed_entries_are_refused(text, problem):
+    """Entries without a reason, hiding a module, or naming an unknown exception are refused."""
+    with pytest.raises(ExpectationsError, match=problem):
+        parse(text)
+
+
+def test_parse_reads_reason_and_exception():
+    """An entry keeps its pattern, its reason and its exception type."""
+    (entry,) = parse("a.py::test_b[x: y] -> IndexError  # [5] a reason # with a hash\n")
+    assert (entry.pattern, entry.reason, entry.raises) == (
+        "a.py::test_b[x: y]",
+        "[5] a reason # with a hash",
+        IndexError,
+    )
+    assert entry.regex.match("a.py::test_b[x: y]")
+    assert not entry.regex.match("a.py::test_b[x: yz]")
+
+
+@settings(max_examples=50, database=None)
+@given(data=st.data())
+def test_limit_applies_to_draws(data):
+    """With the limit set, every drawn layout is 2-D; lifting it restores N-D draws."""
+    st_kv.set_source_ndim_max(2)
+    try:
+        layout = data.draw(st_kv.source_layouts())
+    finally:
+        st_kv.set_source_ndim_max(None)
+    assert len(layout.shape) == 2
