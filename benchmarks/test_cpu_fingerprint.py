@@ -32,6 +32,10 @@ class Case:
         layout, pool = pool_and_layout
         self.mode = mode
         self.sources = workloads.kv_sources(canary, pool, layout, num_sources, READ_BYTES)
+        # torch_backend takes only its own RealKvSource (it shares no type with canary)
+        self.torch_sources = workloads.kv_sources(
+            torch_backend, pool, layout, num_sources, READ_BYTES
+        )
         self.reference_sources = workloads.reference_sources(self.sources)
         self.slots = workloads.page_scattered_slots(SLOTS, layout, seed=seed)
         self.slots_tensor = torch.from_numpy(self.slots)
@@ -42,7 +46,9 @@ class Case:
         return reference.fingerprint(self.reference_sources, self.slots, self.mode)
 
     def torch_backend(self) -> np.ndarray:
-        return torch_backend.fingerprint(self.sources, self.slots_tensor, mode=self.mode).numpy()
+        return torch_backend.fingerprint(
+            self.torch_sources, self.slots_tensor, mode=self.mode
+        ).numpy()
 
     def per_slot_python(self) -> np.ndarray:
         hashes = workloads.per_slot_fingerprint(

@@ -37,8 +37,10 @@ class Prepared:
                 workloads.reference_sources(sources), MODE, num_slots=layout.capacity
             )
         else:
+            # torch_backend takes only its own RealKvSource (it shares no type with canary)
+            own = workloads.kv_sources(torch_backend, pool, layout, NUM_SOURCES, READ_BYTES)
             self.state = workloads.make_context(
-                torch_backend, sources, MODE, num_slots=layout.capacity, device="cpu"
+                torch_backend, own, MODE, num_slots=layout.capacity, device="cpu"
             )
         self._launch_write(scenario.setup)()
         self.write = self._launch_write(scenario.write) if scenario.write else None

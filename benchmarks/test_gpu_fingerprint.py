@@ -71,7 +71,17 @@ def _launcher(case: Case, sources, slots: torch.Tensor):
     if case.path == "api":
         return lambda: canary.fingerprint(sources, slots, mode=case.mode)
     if case.path == "torch_backend":
-        return lambda: torch_backend.fingerprint(sources, slots, mode=case.mode)
+        # torch_backend takes only its own RealKvSource (it shares no type with canary)
+        own = [
+            torch_backend.RealKvSource(
+                tensor=s.tensor,
+                page_size=s.page_size,
+                num_bytes_per_token=s.num_bytes_per_token,
+                read_bytes=s.read_bytes,
+            )
+            for s in sources
+        ]
+        return lambda: torch_backend.fingerprint(own, slots, mode=case.mode)
     # The kernel alone: the public call's checks pass once, in the test, not every call.
     from canary import real_kv_hash
 

@@ -12,8 +12,12 @@ from collections.abc import Sequence
 
 import torch
 
-from .constants import CANARY_CHAIN_ANCHOR, PARTIAL_READ_BYTES, RealKvHashMode
-from .source import RealKvSource
+from ._torch_contract import (
+    CANARY_CHAIN_ANCHOR,
+    PARTIAL_WINDOW_BYTES,
+    RealKvHashMode,
+    RealKvSource,
+)
 
 _WORD_BYTES = 8
 
@@ -156,7 +160,7 @@ def fingerprint_slots(
     if mode == RealKvHashMode.NONE or not sources or slots.numel() == 0:
         return result
     for source in sources:
-        read_bytes = PARTIAL_READ_BYTES if mode == RealKvHashMode.PARTIAL else source.read_bytes
+        read_bytes = PARTIAL_WINDOW_BYTES if mode == RealKvHashMode.PARTIAL else source.read_bytes
         result ^= fold_words(read_words(source, slots, int(read_bytes)))
         result = splitmix64(result)
     return result

@@ -1,9 +1,12 @@
 """The KV canary in plain torch: a second, independent implementation of SPEC.md.
 
 It serves devices Triton has no backend for and is the fast path on the CPU, where ``canary`` runs its
-kernels in Triton's interpreter. It shares ``canary``'s types (engines use one set of them)
-and its argument checks (so every error message is the same), but hashes, addresses,
-chains and reports with its own torch code: nothing here launches a Triton kernel.
+kernels in Triton's interpreter. It shares no code with ``canary``: its constants, enums,
+``RealKvSource`` and its validation, plans and launch checks are its own
+(``canary._torch_contract``, written from SPEC.md), and it hashes, addresses, chains and
+reports with its own torch code (``canary._torch_ops``); nothing here launches a Triton
+kernel. It lives in the ``canary`` package only for its name, so importing it still imports
+``canary`` (and Triton).
 
 Use it with the conformance suite as ``--canary-impl canary.torch_backend``.
 """
@@ -15,7 +18,7 @@ from collections.abc import Sequence
 import torch
 
 from . import _torch_ops as ops
-from .constants import (
+from ._torch_contract import (
     CANARY_CHAIN_ANCHOR,
     CANARY_FIELDS_PER_SLOT,
     CANARY_SLOT_BYTES,
@@ -29,11 +32,16 @@ from .constants import (
     CanaryLaunchTag,
     FailReason,
     RealKvHashMode,
+    RealKvSource,
+    VerifyOrWriteContext,
+    VerifyPlan,
+    WritePlan,
+    fingerprint_args,
+    verify_launch,
+    write_launch,
 )
-from .launch import check_verify_launch, check_write_launch
-from .plans import VerifyOrWriteContext, VerifyPlan, WritePlan
-from .real_kv_hash import check_fingerprint_args
-from .source import RealKvSource
+
+__version__ = "0.1.0"
 
 __all__ = [
     "CANARY_CHAIN_ANCHOR",
@@ -74,7 +82,7 @@ def fingerprint(
     Each source's window is gathered for all slots at once and folded word by word, all
     slots in parallel. Mode NONE, or no sources, gives zeros and reads nothing.
     """
-    sources, slots, mode = check_fingerprint_args(sources, slot_indices, mode)
+    sources, slots, mode = fingerprint_args(sources, slot_indices, mode)
     return ops.fingerprint_slots(sources, slots, mode)
 
 
@@ -103,8 +111,8 @@ def launch_canary_verify_kernel(
 
     All entries are checked at once; rows reach the ring in plan order.
     """
-    checked_launch = check_verify_launch(context, plan)
-    mode, sources = checked_launch.mode, checked_launch.sources
+    checked_launch = verify_launch(context, plan)
+    mode, sources = checked_launch.context.mode, checked_launch.context.sources
     enabled, active = checked_launch.enabled, checked_launch.active
     slots = plan.verify_slot_indices
     # Slot 0 is the padding slot: counted below, but never checked, so its KV is never read.
@@ -175,7 +183,7 @@ def launch_canary_write_kernel(
     every request at once (one step per entry of the longest request); fingerprints, asserts
     and stores are computed for all entries at once. Rows reach the ring in plan order.
     """
-    checked = check_write_launch(
+    checked = write_launch(
         context,
         plan,
         input_ids,
@@ -185,7 +193,7 @@ def launch_canary_write_kernel(
         expected_input_tokens,
         expected_input_positions,
     )
-    device, mode, sources = checked.device, checked.mode, checked.sources
+    device, mode, sources = checked.context.device, checked.context.mode, checked.context.sources
     active, first, last = checked.active, checked.first, checked.last
     seeds, offsets, loc = plan.write_seed_slot_indices, plan.write_offsets, out_cache_loc
 

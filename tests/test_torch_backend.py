@@ -1,8 +1,12 @@
-"""canary.torch_backend agrees bit for bit with canary (Triton, interpreted) and the reference."""
+"""canary.torch_backend agrees bit for bit with canary (Triton, interpreted) and the reference,
+and shares no code with canary: each implementation is called with its own types."""
 
 from __future__ import annotations
 
+import ast
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -86,6 +90,19 @@ def make_sources(names: list[str]) -> tuple[canary.RealKvSource, ...]:
     return tuple(LAYOUTS[name](seed) for seed, name in enumerate(names))
 
 
+def own(sources, impl=tb) -> tuple:
+    """The same sources (the same tensors) as ``impl``'s own RealKvSource."""
+    return tuple(
+        impl.RealKvSource(
+            tensor=s.tensor,
+            page_size=s.page_size,
+            num_bytes_per_token=s.num_bytes_per_token,
+            read_bytes=s.read_bytes,
+        )
+        for s in sources
+    )
+
+
 def reference_source(source: canary.RealKvSource) -> reference.Source:
     """A numpy view of the very bytes the source's rows cover (live memory, never a copy)."""
     tensor = source.tensor
@@ -139,7 +156,7 @@ def test_fingerprint_matches_canary_and_reference(set_name, mode):
     capacity = min_capacity(sources)
     generator = torch.Generator().manual_seed(len(set_name))
     slots = torch.cat([torch.randperm(capacity, generator=generator), torch.tensor([0, 5, 5])])
-    got = tb.fingerprint(sources, slots, mode=mode)
+    got = tb.fingerprint(own(sources), slots, mode=mode)
     assert got.dtype == torch.int64 and got.device == slots.device
     assert torch.equal(got, canary.fingerprint(sources, slots, mode=mode))
     want = reference.fingerprint([reference_source(s) for s in sources], slots.numpy(), mode)
@@ -151,7 +168,7 @@ def test_fingerprint_matches_canary_and_reference(set_name, mode):
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int16, torch.uint8, torch.int64])
 def test_fingerprint_slot_dtypes(dtype):
     """slot_indices of any integer dtype hash like their int64 values."""
-    sources = make_sources(["plain"])
+    sources = own(make_sources(["plain"]))
     slots = torch.tensor([3, 0, 31, 7])
     assert torch.equal(tb.fingerprint(sources, slots.to(dtype)), tb.fingerprint(sources, slots))
 
@@ -159,7 +176,7 @@ def test_fingerprint_slot_dtypes(dtype):
 def test_bytewise_gather_equals_word_gather():
     """The byte-assembling fallback (unaligned storage, big-endian hosts) reads the same words."""
     for name, make in LAYOUTS.items():
-        source = make(7)
+        (source,) = own([make(7)])
         slots = torch.arange(source.capacity)
         for read_bytes in (16, int(source.read_bytes)):
             words = _torch_ops.read_words(source, slots, read_bytes, bytewise=False)
@@ -171,9 +188,7 @@ def test_bytewise_gather_equals_word_gather():
 def test_fingerprint_follows_live_memory_and_ignores_unread_bytes():
     """A write into the pool changes the hash of its slot only; holes and gaps change nothing."""
     pool = _random_bytes(torch.empty(16, 3, 2 * 32 + 8, dtype=torch.float16), 3)
-    source = canary.RealKvSource(
-        tensor=pool[:, 1], page_size=2, num_bytes_per_token=64, read_bytes=32
-    )
+    source = tb.RealKvSource(tensor=pool[:, 1], page_size=2, num_bytes_per_token=64, read_bytes=32)
     slots = torch.arange(source.capacity)
     before = tb.fingerprint([source], slots)
     pool_bytes = pool.view(torch.uint8)  # [16, 3, 144]
@@ -194,12 +209,29 @@ def _error(call):
     return type(caught.value), str(caught.value)
 
 
-@pytest.mark.parametrize(
-    "case",
-    ["five_sources", "other_device", "slot_too_big", "slot_negative", "float_slots", "mode_3"],
-)
-def test_fingerprint_errors_match_canary(case):
-    """Every launch-time check raises canary's exception type and message."""
+def named(message: str, words) -> bool:
+    """Whether ``message`` names every one of ``words`` as a whole word or number."""
+    return all(re.search(rf"(?<![\w.-]){re.escape(w)}(?![\w])", message) for w in words)
+
+
+# case: (exception type, the exact message where SPEC gives one, else the words it must name)
+FINGERPRINT_ERRORS = {
+    "five_sources": (
+        ValueError,
+        "kv-canary: at most 4 RealKvSource entries supported by the CUDA ABI, got 5",
+    ),
+    "other_device": (ValueError, ("real_kv_sources[1]", "meta", "cpu")),
+    "slot_too_big": (IndexError, ("32", "real_kv_sources[0]")),
+    "slot_negative": (IndexError, ("-1", "real_kv_sources[0]", "32")),
+    "float_slots": (ValueError, ("slot_indices",)),
+    "mode_3": (ValueError, ("mode", "3")),
+}
+
+
+@pytest.mark.parametrize("case", list(FINGERPRINT_ERRORS))
+def test_fingerprint_errors_agree_with_canary(case):
+    """Every launch-time check raises SPEC §4's exception type in both implementations, with
+    SPEC's exact message where it gives one, else naming what SPEC says it names."""
     plain = make_sources(["plain"])[0]
     sources, slots, mode = [plain], torch.tensor([1, 2]), canary.RealKvHashMode.ALL
     if case == "five_sources":
@@ -220,15 +252,23 @@ def test_fingerprint_errors_match_canary(case):
         slots = torch.tensor([1.0])
     elif case == "mode_3":
         mode = 3
-    got = _error(lambda: tb.fingerprint(sources, slots, mode=mode))
-    assert got == _error(lambda: canary.fingerprint(sources, slots, mode=mode))
+    error, message = FINGERPRINT_ERRORS[case]
+    for impl in (tb, canary):
+        got_type, got_message = _error(
+            lambda impl=impl: impl.fingerprint(own(sources, impl), slots, mode=mode)
+        )
+        assert got_type is error, (impl.__name__, got_type, got_message)
+        if isinstance(message, str):
+            assert got_message == message, impl.__name__
+        else:
+            assert named(got_message, message), (impl.__name__, got_message)
 
 
 def test_mode_none_and_no_sources_read_nothing():
     """Mode NONE (even with out-of-range slots) and zero sources give zeros."""
     slots = torch.tensor([0, 999, -4])
     zeros = torch.zeros(3, dtype=torch.int64)
-    assert torch.equal(tb.fingerprint(make_sources(["plain"]), slots, mode=0), zeros)
+    assert torch.equal(tb.fingerprint(own(make_sources(["plain"])), slots, mode=0), zeros)
     for mode in ALL_MODES:
         assert torch.equal(tb.fingerprint([], slots, mode=mode), zeros)
 
@@ -241,25 +281,25 @@ class Trio:
     """One torch_backend context, one canary context and one reference state, kept in step."""
 
     def __init__(self, *, sources, mode, position_assert, ring_capacity):
-        def context():
+        def context(impl):
             buf = torch.zeros(NUM_SLOTS, SLOT_STRIDE_BYTES, dtype=torch.uint8)
             buf[:, 32:] = TAIL_BYTE
-            return canary.VerifyOrWriteContext(
+            return impl.VerifyOrWriteContext(
                 canary_buf=buf,
-                kernel_kind=canary.CanaryLaunchTag(KIND),
+                kernel_kind=impl.CanaryLaunchTag(KIND),
                 violation_ring=torch.zeros(ring_capacity, 8, dtype=torch.int64),
                 violation_write_index=torch.zeros(1, dtype=torch.int32),
                 slot_run_counter=torch.zeros(1, dtype=torch.int64),
                 kernel_run_counter=torch.zeros(1, dtype=torch.int64),
-                real_kv_sources=tuple(sources),
-                real_kv_hash_mode=mode,
+                real_kv_sources=own(sources, impl),
+                real_kv_hash_mode=impl.RealKvHashMode(int(mode)),
                 enable_chain_position_assert=torch.tensor(
                     [int(position_assert)], dtype=torch.int32
                 ),
             )
 
-        self.torch_context = context()
-        self.canary_context = context()
+        self.torch_context = context(tb)
+        self.canary_context = context(canary)
         c = self.torch_context
         self.state = reference.CanaryState(
             canary_buf=c.canary_buf.numpy().copy(),
@@ -295,7 +335,7 @@ class Trio:
             expected_input_positions=want[1] if assert_on else None,
         )
         for impl, context in ((tb, self.torch_context), (canary, self.canary_context)):
-            plan = canary.WritePlan(
+            plan = impl.WritePlan(
                 write_offsets=torch.from_numpy(offsets.copy()),
                 write_seed_slot_indices=torch.from_numpy(seeds.copy()),
                 write_num_valid_reqs=torch.tensor([num_valid], dtype=torch.int32),
@@ -326,7 +366,7 @@ class Trio:
             check_verify_expected_token=check_token,
         )
         for impl, context in ((tb, self.torch_context), (canary, self.canary_context)):
-            plan = canary.VerifyPlan(
+            plan = impl.VerifyPlan(
                 verify_slot_indices=torch.from_numpy(columns[0].copy()),
                 verify_expected_tokens=torch.from_numpy(columns[1].copy()),
                 verify_expected_positions=torch.from_numpy(columns[2].copy()),
@@ -464,68 +504,106 @@ def test_ring_is_fill_once_and_counts_past_capacity():
     assert trio.new_rows(0) == first_rows  # nothing stored is overwritten
 
 
-def test_launch_errors_match_canary():
-    """Argument errors of write and verify carry canary's exception type and message."""
-    trio = Trio(sources=(), mode=canary.RealKvHashMode.NONE, position_assert=False, ring_capacity=2)
-    context = trio.torch_context
-    write_plan = canary.WritePlan.allocate(write_req_capacity=2, device="cpu")
-    write_plan.write_num_valid_reqs[0] = 1
-    write_plan.write_offsets[1:] = 2
-    verify_plan = canary.VerifyPlan.allocate(verify_capacity=4, device="cpu")
-    verify_plan.verify_num_valid[0] = 2
+EXPECTED_REQUIRED = (
+    "kv-canary: expected input tensors are required when enable_write_input_assert=True"
+)
+EXPECTED_NONE = (
+    "kv-canary: expected input tensors must be None when enable_write_input_assert=False"
+)
+
+
+def test_launch_errors_agree_with_canary():
+    """Argument errors of write and verify raise the same exception type in both implementations,
+    SPEC's exact message where it gives one, else naming the field and the values, and change
+    no state."""
+    trios = {
+        impl: Trio(
+            sources=(), mode=canary.RealKvHashMode.NONE, position_assert=False, ring_capacity=2
+        )
+        for impl in (tb, canary)
+    }
     tokens = torch.tensor([1, 2])
 
-    def write(**overrides):
-        arguments = dict(
-            context=context,
-            plan=write_plan,
-            input_ids=tokens,
-            positions=tokens,
-            out_cache_loc=tokens,
-            enable_write_input_assert=False,
-            expected_input_tokens=None,
-            expected_input_positions=None,
+    def contexts(impl):
+        trio = trios[impl]
+        return trio.torch_context if impl is tb else trio.canary_context
+
+    def write_plan(impl, offsets=(0, 2, 2), seeds=(-1, -1)):
+        return impl.WritePlan(
+            write_offsets=torch.tensor(offsets),
+            write_seed_slot_indices=torch.tensor(seeds),
+            write_num_valid_reqs=torch.tensor([1], dtype=torch.int32),
         )
-        arguments.update(overrides)
-        return lambda impl: impl.launch_canary_write_kernel(**arguments)
+
+    def verify_plan(impl, slots=None, prev=(0, 0, 0, 0), num_valid=2):
+        return impl.VerifyPlan(
+            verify_slot_indices=torch.zeros(4, dtype=torch.int64) if slots is None else slots,
+            verify_expected_tokens=torch.full((4,), -1, dtype=torch.int64),
+            verify_expected_positions=torch.zeros(4, dtype=torch.int64),
+            verify_prev_slot_indices=torch.tensor(prev),
+            verify_num_valid=torch.tensor([num_valid], dtype=torch.int32),
+            enable=torch.ones(1, dtype=torch.int32),
+        )
+
+    def write(plan=write_plan, **overrides):
+        def call(impl):
+            arguments = dict(
+                context=contexts(impl),
+                plan=plan(impl),
+                input_ids=tokens,
+                positions=tokens,
+                out_cache_loc=tokens,
+                enable_write_input_assert=False,
+                expected_input_tokens=None,
+                expected_input_positions=None,
+            )
+            arguments.update(overrides)
+            impl.launch_canary_write_kernel(**arguments)
+
+        return call
 
     def verify(plan):
         return lambda impl: impl.launch_canary_verify_kernel(
-            context=context, plan=plan, check_verify_expected_token=True
+            context=contexts(impl), plan=plan(impl), check_verify_expected_token=True
         )
 
-    bad_verify = canary.VerifyPlan.allocate(verify_capacity=4, device="cpu")
-    bad_verify.verify_num_valid[0] = 1
-    bad_verify.verify_prev_slot_indices[0] = NUM_SLOTS
-    calls = [
-        write(enable_write_input_assert=True),
-        write(expected_input_tokens=tokens),
-        write(out_cache_loc=torch.tensor([1, NUM_SLOTS])),
-        write(positions=torch.tensor([1, 0, 2, 0])[::2]),
-        write(input_ids=torch.tensor([1.0, 2.0])),
-        write(
-            plan=canary.WritePlan(
-                write_offsets=torch.tensor([0, 3, 0]),
-                write_seed_slot_indices=torch.tensor([-1, -1]),
-                write_num_valid_reqs=torch.tensor([1], dtype=torch.int32),
-            )
+    # (call, exception type, exact message or the words the message names)
+    cases = [
+        (write(enable_write_input_assert=True), ValueError, EXPECTED_REQUIRED),
+        (write(expected_input_tokens=tokens), ValueError, EXPECTED_NONE),
+        (
+            write(out_cache_loc=torch.tensor([1, NUM_SLOTS])),
+            IndexError,
+            ("out_cache_loc", str(NUM_SLOTS)),
         ),
-        verify(bad_verify),
-        verify(
-            canary.VerifyPlan(
-                verify_slot_indices=torch.zeros(8, dtype=torch.int64)[::2],
-                verify_expected_tokens=torch.zeros(4, dtype=torch.int64),
-                verify_expected_positions=torch.zeros(4, dtype=torch.int64),
-                verify_prev_slot_indices=torch.zeros(4, dtype=torch.int64),
-                verify_num_valid=torch.zeros(1, dtype=torch.int32),
-                enable=torch.ones(1, dtype=torch.int32),
-            )
+        (
+            write(positions=torch.tensor([1, 0, 2, 0])[::2]),
+            ValueError,
+            "kv-canary: positions must be contiguous",
+        ),
+        (write(input_ids=torch.tensor([1.0, 2.0])), ValueError, ("input_ids", "torch.float32")),
+        (write(plan=lambda impl: write_plan(impl, (0, 3, 0))), ValueError, ("plan.write_offsets",)),
+        (
+            verify(lambda impl: verify_plan(impl, prev=(NUM_SLOTS, 0, 0, 0), num_valid=1)),
+            IndexError,
+            ("plan.verify_prev_slot_indices", str(NUM_SLOTS)),
+        ),
+        (
+            verify(lambda impl: verify_plan(impl, slots=torch.zeros(8, dtype=torch.int64)[::2])),
+            ValueError,
+            "kv-canary: plan.verify_slot_indices must be contiguous",
         ),
     ]
-    for call in calls:
-        got = _error(lambda call=call: call(tb))
-        assert got == _error(lambda call=call: call(canary))
-    assert int(context.kernel_run_counter) == 0  # a launch that raises changes nothing
+    for call, error, message in cases:
+        for impl in (tb, canary):
+            got_type, got_message = _error(lambda call=call, impl=impl: call(impl))
+            assert got_type is error, (impl.__name__, got_type, got_message)
+            if isinstance(message, str):
+                assert got_message == message, impl.__name__
+            else:
+                assert named(got_message, message), (impl.__name__, got_message)
+    for impl in (tb, canary):
+        assert int(contexts(impl).kernel_run_counter) == 0  # a launch that raises changes nothing
 
 
 def test_no_triton_kernel_is_launched(monkeypatch):
@@ -538,11 +616,11 @@ def test_no_triton_kernel_is_launched(monkeypatch):
     monkeypatch.setattr(_runtime, "_kernels", refuse)
     monkeypatch.setattr(_runtime, "kernels_for", refuse)
     sources = make_sources(["plain", "nd_rows"])
-    tb.fingerprint(sources, torch.arange(32))
+    tb.fingerprint(own(sources), torch.arange(32))
     context = Trio(
         sources=sources, mode=canary.RealKvHashMode.ALL, position_assert=True, ring_capacity=4
     ).torch_context
-    plan = canary.WritePlan.allocate(write_req_capacity=1, device="cpu")
+    plan = tb.WritePlan.allocate(write_req_capacity=1, device="cpu")
     plan.write_num_valid_reqs[0] = 1
     plan.write_offsets[1] = 3
     slots = torch.tensor([4, 5, 6])
@@ -556,7 +634,7 @@ def test_no_triton_kernel_is_launched(monkeypatch):
         expected_input_tokens=None,
         expected_input_positions=None,
     )
-    verify_plan = canary.VerifyPlan.allocate(verify_capacity=3, device="cpu")
+    verify_plan = tb.VerifyPlan.allocate(verify_capacity=3, device="cpu")
     verify_plan.verify_slot_indices.copy_(slots)
     verify_plan.verify_expected_tokens.copy_(slots)
     verify_plan.verify_expected_positions.copy_(slots)
@@ -574,8 +652,9 @@ def test_cuda_matches_cpu():
     """On a GPU, fingerprint and a write+verify give the CPU's results."""
     sources = make_sources(["gapped_int32", "layer_view", "nd_rows"])
     slots = torch.arange(min_capacity(sources))
+    sources = own(sources)
     gpu_sources = [
-        canary.RealKvSource(
+        tb.RealKvSource(
             tensor=torch.empty_strided(
                 s.tensor.shape, s.tensor.stride(), dtype=s.tensor.dtype, device="cuda"
             ).copy_(s.tensor),
@@ -595,7 +674,7 @@ def test_cuda_matches_cpu():
         context = Trio(
             sources=(), mode=canary.RealKvHashMode.NONE, position_assert=True, ring_capacity=8
         ).torch_context
-        context = canary.VerifyOrWriteContext(
+        context = tb.VerifyOrWriteContext(
             **{
                 **{k: getattr(context, k) for k in context.__dataclass_fields__},
                 **{
@@ -604,10 +683,10 @@ def test_cuda_matches_cpu():
                     if isinstance(getattr(context, k), torch.Tensor)
                 },
                 "real_kv_sources": tuple(srcs),
-                "real_kv_hash_mode": canary.RealKvHashMode.ALL,
+                "real_kv_hash_mode": tb.RealKvHashMode.ALL,
             }
         )
-        plan = canary.WritePlan.allocate(write_req_capacity=2, device=device)
+        plan = tb.WritePlan.allocate(write_req_capacity=2, device=device)
         plan.write_num_valid_reqs.fill_(2)
         plan.write_offsets.copy_(torch.tensor([0, 3, 5]))
         loc = torch.tensor([1, 2, 3, 4, -1], device=device)
@@ -621,7 +700,7 @@ def test_cuda_matches_cpu():
             expected_input_tokens=loc,
             expected_input_positions=loc,
         )
-        verify_plan = canary.VerifyPlan.allocate(verify_capacity=4, device=device)
+        verify_plan = tb.VerifyPlan.allocate(verify_capacity=4, device=device)
         verify_plan.verify_slot_indices.copy_(torch.tensor([1, 2, 3, 4]))
         verify_plan.verify_prev_slot_indices.copy_(torch.tensor([-1, 1, 2, -1]))
         verify_plan.verify_num_valid.fill_(4)
@@ -633,3 +712,48 @@ def test_cuda_matches_cpu():
         )
     for cpu_tensor, gpu_tensor in zip(*results):
         assert torch.equal(cpu_tensor, gpu_tensor)
+
+
+# ---------------------------------------------------------------------------------------------
+# independence
+
+TORCH_BACKEND_MODULES = ("torch_backend.py", "_torch_ops.py", "_torch_contract.py")
+CANARY_DIR = Path(canary.__file__).parent
+
+
+def imports_of(path: Path) -> list[str]:
+    """Every module ``path`` imports, relative imports written with their leading dots."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            found += [base] if node.module else [f".{alias.name}" for alias in node.names]
+    return found
+
+
+@pytest.mark.parametrize("name", TORCH_BACKEND_MODULES)
+def test_torch_backend_imports_nothing_of_canary(name):
+    """torch_backend's modules import only each other from canary: its validation, launch checks
+    and types are its own, so SPEC §3, §4 and §8 are implemented twice."""
+    own_modules = {"." + n.removesuffix(".py") for n in TORCH_BACKEND_MODULES}
+    for module in imports_of(CANARY_DIR / name):
+        if module.startswith("."):
+            assert module in own_modules, f"canary/{name} imports {module} of canary"
+        else:
+            assert module.split(".")[0] != "canary", f"canary/{name} imports {module}"
+
+
+def test_torch_backend_types_are_its_own():
+    """torch_backend's public types are not canary's, and refuse canary's objects."""
+    for name in ("RealKvSource", "VerifyOrWriteContext", "VerifyPlan", "WritePlan"):
+        assert getattr(tb, name) is not getattr(canary, name), name
+    for name in ("RealKvHashMode", "CanaryLaunchTag", "FailReason"):
+        mine, theirs = getattr(tb, name), getattr(canary, name)
+        assert mine is not theirs
+        assert {m.name: m.value for m in mine} == {m.name: m.value for m in theirs}, name
+    for name in ("CANARY_CHAIN_ANCHOR", "CANARY_SLOT_BYTES", "MAX_REAL_KV_SOURCES"):
+        assert getattr(tb, name) == getattr(canary, name), name
+    with pytest.raises(TypeError, match=r"real_kv_sources\[0\] must be a RealKvSource"):
+        tb.fingerprint(make_sources(["plain"]), torch.tensor([1]))
