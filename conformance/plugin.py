@@ -206,10 +206,27 @@ def pytest_configure(config: pytest.Config) -> None:
     config._canary_selection = selection
     config.pluginmanager.register(
         Recorder(
-            config, config.getoption("--canary-report"), lambda: describe_environment(selection)
+            config,
+            config.getoption("--canary-report"),
+            lambda: describe_environment(selection),
+            rerun_options=rerun_options(selection),
         ),
         "canary-report",
     )
+
+
+def rerun_options(selection: Selection) -> str:
+    """The options that rerun one test of this run on the same implementation and device."""
+    import shlex
+
+    options = (
+        f"--canary-impl {shlex.quote(selection.impl_arg)} "
+        f"--canary-device {shlex.quote(str(selection.device))} "
+        f"--hypothesis-profile {selection.profile.removesuffix('-no-shrink').removesuffix('-cpu')}"
+    )
+    if selection.shrink_seconds == 0:
+        options += " --canary-no-shrink"
+    return options
 
 
 def _version(module: types.ModuleType) -> str:
@@ -291,10 +308,32 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return lines
 
 
+#: Conformance modules in the order they run: the quick, exact checks first (stored vectors,
+#: construction rules, launch refusals take seconds), so that a broken implementation shows
+#: its first failure early; the Hypothesis properties of fingerprint and write/verify follow.
+MODULE_ORDER = (
+    "test_spec_vectors.py",
+    "test_source_validation.py",
+    "test_golden.py",
+    "test_launch_validation.py",
+    "test_fingerprint.py",
+    "test_write_verify.py",
+)
+
+
+def _module_rank(item: pytest.Item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    if not path.startswith("conformance/"):
+        return -1  # not ours: keep its place before the conformance modules
+    name = path.rsplit("/", 1)[-1]
+    return MODULE_ORDER.index(name) if name in MODULE_ORDER else len(MODULE_ORDER)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     selection = _selection(config)
     if selection is None:
         return
+    items.sort(key=_module_rank)  # stable: tests keep their order inside a module
     if not selection.write_verify:
         skip = pytest.mark.skip(
             reason=f"{selection.module_name} does not provide the write/verify group "

@@ -3,6 +3,10 @@
 Per property (test function) it records the outcome, the examples Hypothesis ran, the time
 taken, the failing example if any, and the reason of every skip. Facts travel on
 ``report.user_properties`` so that they survive pytest-xdist's worker-to-controller hop.
+
+A failing property is also announced the moment it fails, in one short paragraph (what
+failed, when, the first lines of its message, how to rerun it alone), while the run goes
+on; the full failure with its draws and reproducing snippet follows at the end as usual.
 """
 
 from __future__ import annotations
@@ -10,6 +14,9 @@ from __future__ import annotations
 import datetime
 import json
 import re
+import shlex
+import sys
+import time
 from collections import defaultdict
 
 import pytest
@@ -35,6 +42,22 @@ def failing_example(text: str, limit: int = 60) -> str:
     return "\n".join((keep or text.splitlines())[:limit])
 
 
+def headline(text: str, limit: int = 4) -> list[str]:
+    """The first lines of a failure's message: its ``E`` lines if pytest shows a traceback,
+    else the message up to the configuration, the snippet or Hypothesis' own notes."""
+    lines = text.splitlines()
+    errors = [line[1:].strip() for line in lines if line.startswith(("E ", "E\t"))]
+    if errors:
+        return [line for line in errors if line][:limit]
+    kept = []
+    for line in lines:
+        if line.startswith(("[", "Reproduce with:", "Falsifying", "Failing test case", "Draw ")):
+            break
+        if line.strip():
+            kept.append(line.rstrip())
+    return kept[:limit]
+
+
 def first_line(doc: str | None) -> str:
     return (doc or "").strip().splitlines()[0] if (doc or "").strip() else ""
 
@@ -42,12 +65,16 @@ def first_line(doc: str | None) -> str:
 class Recorder:
     """A pytest plugin object collecting one record per test item."""
 
-    def __init__(self, config: pytest.Config, path: str | None, environment) -> None:
+    def __init__(
+        self, config: pytest.Config, path: str | None, environment, rerun_options: str = ""
+    ) -> None:
         self.config = config
         self.path = path
         self.environment = environment  # called at the end: it may import torch
+        self.rerun_options = rerun_options  # e.g. "--canary-impl X --canary-device cpu"
         self.items: dict[str, dict] = {}
         self.started = datetime.datetime.now(datetime.timezone.utc)
+        self.clock = time.monotonic()
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
@@ -79,6 +106,35 @@ class Recorder:
         elif report.failed:
             record["outcome"] = "failed" if report.when == "call" else "error"
             record["failing_example"] = failing_example(report.longreprtext)
+            self.announce(report)
+
+    def announce(self, report: pytest.TestReport) -> None:
+        """Print a one-paragraph summary of a failure now, before the run goes on."""
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        if (
+            terminal is None
+            or hasattr(self.config, "workerinput")
+            or not report.nodeid.startswith("conformance/")
+        ):
+            return
+        what = "FAILED" if report.when == "call" else f"ERROR in {report.when}"
+        rerun = f"{shlex.quote(sys.executable)} -m pytest {shlex.quote(report.nodeid)}"
+        if self.rerun_options:
+            rerun += " " + self.rerun_options
+        if getattr(terminal, "_width_of_current_line", 1):  # after progress dots
+            terminal.write_line("")
+        terminal.write_line(
+            f"kv-canary: {what} {report.nodeid} "
+            f"({time.monotonic() - self.clock:.0f} s into the run, {report.duration:.1f} s in it)",
+            red=True,
+            bold=True,
+        )
+        for line in headline(report.longreprtext):
+            terminal.write_line(f"    {line[:120]}")
+        terminal.write_line(f"    rerun alone: {rerun}")
+        terminal.write_line(
+            "    (the whole failure, with its draws and snippet, follows at the end)"
+        )
 
     def grouped(self) -> list[dict]:
         """Records folded per test function (parametrizations together)."""
