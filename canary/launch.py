@@ -7,6 +7,7 @@ plan, so that no launch reads or writes outside its buffers.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 import torch
 import triton
@@ -57,13 +58,31 @@ def _check_tensor(name: str, value: object, dtypes: tuple, shape: tuple, device)
     return value
 
 
+def _context_sources(context: VerifyOrWriteContext) -> tuple:
+    """``context.real_kv_sources`` as a tuple, refused unless it is a list or tuple."""
+    sources = context.real_kv_sources
+    if not isinstance(sources, (list, tuple)):
+        raise TypeError(
+            "kv-canary: context.real_kv_sources must be a tuple of RealKvSource, "
+            f"got {type(sources).__name__}"
+        )
+    return tuple(sources)
+
+
+def _check_flag(name: str, value: object) -> bool:
+    """A launch flag: a Python bool, nothing that merely converts to one."""
+    if not isinstance(value, bool):
+        raise TypeError(f"kv-canary: {name} must be a bool, got {type(value).__name__}")
+    return value
+
+
 def _check_context(context: VerifyOrWriteContext):
     """Context tensors, kind, mode and sources; returns (device, num_slots, mode, sources)."""
     if not isinstance(context, VerifyOrWriteContext):
         raise TypeError(
             f"kv-canary: context must be a VerifyOrWriteContext, got {type(context).__name__}"
         )
-    sources = tuple(context.real_kv_sources)
+    sources = _context_sources(context)
     check_source_count(sources)
     buf = _check_tensor(
         "context.canary_buf", context.canary_buf, (torch.uint8,), (None, None), None
@@ -96,7 +115,11 @@ def _check_context(context: VerifyOrWriteContext):
         device,
     )
     kind = context.kernel_kind
-    if isinstance(kind, bool) or not isinstance(kind, int):
+    if (
+        isinstance(kind, bool)
+        or not isinstance(kind, int)
+        or (isinstance(kind, Enum) and type(kind).__name__ != "CanaryLaunchTag")
+    ):
         raise TypeError(
             f"kv-canary: context.kernel_kind must be a CanaryLaunchTag, got {type(kind).__name__}"
         )
@@ -106,7 +129,13 @@ def _check_context(context: VerifyOrWriteContext):
         raise ValueError(
             f"kv-canary: context.kernel_kind must be a CanaryLaunchTag, got {int(kind)}"
         ) from None
-    mode = as_mode(context.real_kv_hash_mode)
+    mode = context.real_kv_hash_mode
+    if isinstance(mode, Enum) and type(mode).__name__ != "RealKvHashMode":
+        raise TypeError(
+            "kv-canary: context.real_kv_hash_mode must be a RealKvHashMode or its int value, "
+            f"got {type(mode).__name__}"
+        )
+    mode = as_mode(mode)
     check_sources(sources, device, "context.canary_buf")
     return device, buf.shape[0], mode, sources
 
@@ -149,9 +178,12 @@ class CheckedVerify:
     active: int  # clamp(verify_num_valid, 0, capacity); 0 when disabled
 
 
-def check_verify_launch(context: VerifyOrWriteContext, plan: VerifyPlan) -> CheckedVerify:
+def check_verify_launch(
+    context: VerifyOrWriteContext, plan: VerifyPlan, check_verify_expected_token: bool = False
+) -> CheckedVerify:
     """Every SPEC §8 rule of a verify launch, in order; raises the first that is broken."""
     device, num_slots, mode, sources = _check_context(context)
+    _check_flag("check_verify_expected_token", check_verify_expected_token)
     if not isinstance(plan, VerifyPlan):
         raise TypeError(f"kv-canary: plan must be a VerifyPlan, got {type(plan).__name__}")
     slots = _check_tensor(
@@ -181,7 +213,7 @@ def launch_canary_verify_kernel(
     *, context: VerifyOrWriteContext, plan: VerifyPlan, check_verify_expected_token: bool
 ) -> None:
     """Verify the canary records named by ``plan``; violations go to the context's ring."""
-    checked = check_verify_launch(context, plan)
+    checked = check_verify_launch(context, plan, check_verify_expected_token)
     args, num_sources = source_args(checked.sources, checked.mode)
     grid = (max(1, triton.cdiv(checked.capacity, VERIFY_BLOCK)),)
     launch_kernel(
@@ -230,7 +262,8 @@ def check_write_launch(
 ) -> CheckedWrite:
     """Every SPEC §6/§8 rule of a write launch, in order; raises the first that is broken."""
     if isinstance(context, VerifyOrWriteContext):
-        check_source_count(tuple(context.real_kv_sources))
+        check_source_count(_context_sources(context))
+    _check_flag("enable_write_input_assert", enable_write_input_assert)
     expected = (expected_input_tokens, expected_input_positions)
     if enable_write_input_assert:
         if any(t is None for t in expected):

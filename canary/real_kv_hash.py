@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import Enum
 
 import torch
 import triton
@@ -130,9 +131,22 @@ def check_fingerprint_args(
     sources: Sequence[RealKvSource], slot_indices: torch.Tensor, mode: RealKvHashMode | int
 ) -> tuple[tuple[RealKvSource, ...], torch.Tensor, RealKvHashMode]:
     """SPEC §4's launch checks, in order, and the arguments in the form a launch uses:
-    the sources as a tuple, the slots as a contiguous int64 tensor, the mode as the enum."""
+    the sources as a tuple, the slots as a contiguous int64 tensor, the mode as the enum.
+
+    Arguments of the wrong kind are refused with a kv-canary error naming the argument: the
+    sources must be a list or tuple (one that cannot be counted has no source cap to check),
+    the mode a RealKvHashMode or its int value (not another enum)."""
+    if not isinstance(sources, (list, tuple)):
+        raise TypeError(
+            "kv-canary: sources must be a list or tuple of RealKvSource, "
+            f"got {type(sources).__name__}"
+        )
     sources = tuple(sources)
     check_source_count(sources)  # SPEC §4: the first launch check, whatever else is wrong
+    if isinstance(mode, Enum) and type(mode).__name__ != "RealKvHashMode":
+        raise TypeError(
+            f"kv-canary: mode must be a RealKvHashMode or its int value, got {type(mode).__name__}"
+        )
     mode = as_mode(mode)
     if not isinstance(slot_indices, torch.Tensor):
         raise TypeError(

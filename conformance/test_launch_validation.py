@@ -1,16 +1,19 @@
-"""Launch validation shared by write and verify (SPEC §6, §8): every bad argument raises before
-any work is done, with the error SPEC names."""
+"""Launch validation shared by write and verify (CONTRACT §6, §8): every bad argument raises
+before any work is done, with the error the contract names; and every public entry point
+(fingerprint and both launchers) refuses an argument of the wrong kind with a kv-canary error
+(CONTRACT §11), never Python's own."""
 
 from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 
 import strategies as st_kv
 
-pytestmark = pytest.mark.write_verify
+write_verify = pytest.mark.write_verify  # every test here but the fingerprint ones
 
 NUM_SLOTS = 8
 CAP = 4
@@ -38,18 +41,25 @@ class Launch:
     args: dict
 
     def run(self, impl):
-        context = impl.VerifyOrWriteContext(**self.context)
+        # ``context`` and ``plan`` are dicts of fields; a case may replace either with any
+        # object, or with a function of ``impl`` that makes one.
+        context = self.context
+        if isinstance(context, dict):
+            context = impl.VerifyOrWriteContext(**context)
+        plan_type = impl.WritePlan if self.kind == "write" else impl.VerifyPlan
+        plan = self.plan
+        if isinstance(plan, dict):
+            plan = plan_type(**plan)
+        elif callable(plan):
+            plan = plan(impl)
         if self.kind == "write":
-            impl.launch_canary_write_kernel(
-                context=context, plan=impl.WritePlan(**self.plan), **self.args
-            )
+            impl.launch_canary_write_kernel(context=context, plan=plan, **self.args)
         else:
-            impl.launch_canary_verify_kernel(
-                context=context, plan=impl.VerifyPlan(**self.plan), **self.args
-            )
+            impl.launch_canary_verify_kernel(context=context, plan=plan, **self.args)
 
 
-def world(impl, device) -> tuple[st_kv.MaterializedWorld, dict]:
+def source_layout() -> st_kv.SourceLayout:
+    """The one source of the test world."""
     layout = st_kv.SourceLayout(
         dtype="bfloat16",
         rows=4,
@@ -63,10 +73,13 @@ def world(impl, device) -> tuple[st_kv.MaterializedWorld, dict]:
         fill="dense",
         seed=3,
     )
-    layout = st_kv.fit_source_ndim(layout)  # [4, 128] for a 2-D-only implementation
+    return st_kv.fit_source_ndim(layout)  # [4, 128] for a 2-D-only implementation
+
+
+def world(impl, device) -> tuple[st_kv.MaterializedWorld, dict]:
     made = st_kv.materialize_world(
         st_kv.CanaryWorld(
-            sources=(layout,),
+            sources=(source_layout(),),
             mode=2,
             num_slots=NUM_SLOTS,
             slot_stride_bytes=32,
@@ -501,6 +514,7 @@ STATE = (
 )
 
 
+@write_verify
 @pytest.mark.parametrize(
     ("kind", "breaker", "error", "message", "words"),
     [
@@ -522,6 +536,7 @@ def test_bad_launch_raises_before_any_work(impl, device, kind, breaker, error, m
         )
 
 
+@write_verify
 @pytest.mark.parametrize(
     ("kind", "breaker", "error", "message", "words"),
     [
@@ -541,6 +556,7 @@ def test_empty_plans_are_still_validated(impl, device, kind, breaker, error, mes
     assert_refused(impl, launch, error, message, words)
 
 
+@write_verify
 def test_entries_past_num_valid_are_not_validated(impl, device):
     """Requests and entries past the valid ones are never read, so garbage there is not an error."""
     made, launch = write_launch(impl, device)
@@ -555,6 +571,7 @@ def test_entries_past_num_valid_are_not_validated(impl, device):
     launch.run(impl)
 
 
+@write_verify
 def test_disabled_verify_is_not_index_checked(impl, device):
     """A verify plan with enable == 0 is not index-checked (its entries may be unwritten)."""
     made, launch = verify_launch(impl, device)
@@ -563,3 +580,384 @@ def test_disabled_verify_is_not_index_checked(impl, device):
     before = int(made.kernel_run_counter.item())
     launch.run(impl)
     assert int(made.kernel_run_counter.item()) == before + 1
+
+
+# Arguments of the wrong kind (CONTRACT §11): None, Python lists, numpy arrays, a source where
+# a sequence of them belongs, strings and enums of the wrong type. Each is refused with the
+# exact exception type and a message that starts with "kv-canary: " and names the argument.
+
+
+def replace(group: str, make):
+    """A breaker that replaces the whole context or plan with ``make(device)``."""
+
+    def apply(launch: Launch, device):
+        setattr(launch, group, make(device))
+
+    return apply
+
+
+def other_plan(launch: Launch, device):
+    """The plan of the other launch (a VerifyPlan for write, a WritePlan for verify)."""
+    if launch.kind == "write":
+        launch.plan = lambda impl: impl.VerifyPlan.allocate(verify_capacity=CAP, device=device)
+    else:
+        launch.plan = lambda impl: impl.WritePlan.allocate(write_req_capacity=CAP, device=device)
+
+
+def set_to(group: str, name: str, value):
+    """A breaker that sets one field or argument to ``value`` (or ``value(old)`` if callable)."""
+
+    def apply(launch: Launch, device):
+        target = getattr(launch, group)
+        target[name] = value(target[name]) if callable(value) else value
+
+    return apply
+
+
+def one_source(launch: Launch, device):
+    launch.context["real_kv_sources"] = launch.context["real_kv_sources"][0]
+
+
+def as_numpy(tensor):
+    return tensor.cpu().numpy()
+
+
+def as_list(tensor):
+    return tensor.tolist()
+
+
+class Mode:
+    """Stands for the implementation's enums, which the cases cannot name before ``impl``."""
+
+    LAUNCH_TAG = object()  # a CanaryLaunchTag member where a RealKvHashMode belongs
+    HASH_MODE = object()  # a RealKvHashMode member where a CanaryLaunchTag belongs
+
+
+# (id, launch kinds, break, exception, words the message must contain besides "kv-canary: ")
+WRONG_KINDS = [
+    ("context=None", "write verify", replace("context", lambda d: None), TypeError, ("context",)),
+    ("plan=None", "write verify", replace("plan", lambda d: None), TypeError, ("plan",)),
+    ("plan of the other launch", "write verify", other_plan, TypeError, ("plan",)),
+    (
+        "context.real_kv_sources=None",
+        "write verify",
+        set_to("context", "real_kv_sources", None),
+        TypeError,
+        ("real_kv_sources",),
+    ),
+    (
+        "context.real_kv_sources=a RealKvSource, not a tuple",
+        "write verify",
+        one_source,
+        TypeError,
+        ("real_kv_sources",),
+    ),
+    (
+        "context.real_kv_sources=(None,)",
+        "write verify",
+        set_to("context", "real_kv_sources", (None,)),
+        TypeError,
+        ("real_kv_sources[0]",),
+    ),
+    (
+        "context.real_kv_hash_mode=None",
+        "write verify",
+        set_to("context", "real_kv_hash_mode", None),
+        TypeError,
+        ("mode",),
+    ),
+    (
+        "context.real_kv_hash_mode='ALL'",
+        "write verify",
+        set_to("context", "real_kv_hash_mode", "ALL"),
+        TypeError,
+        ("mode",),
+    ),
+    (
+        "context.real_kv_hash_mode=a CanaryLaunchTag",
+        "write verify",
+        set_to("context", "real_kv_hash_mode", Mode.LAUNCH_TAG),
+        TypeError,
+        ("mode",),
+    ),
+    (
+        "context.real_kv_hash_mode=7",
+        "write verify",
+        set_to("context", "real_kv_hash_mode", 7),
+        ValueError,
+        ("mode", "7"),
+    ),
+    (
+        "context.kernel_kind=None",
+        "write verify",
+        set_to("context", "kernel_kind", None),
+        TypeError,
+        ("kernel_kind",),
+    ),
+    (
+        "context.kernel_kind='HEAD_K_FULL'",
+        "write verify",
+        set_to("context", "kernel_kind", "HEAD_K_FULL"),
+        TypeError,
+        ("kernel_kind",),
+    ),
+    (
+        "context.kernel_kind=a RealKvHashMode",
+        "write verify",
+        set_to("context", "kernel_kind", Mode.HASH_MODE),
+        TypeError,
+        ("kernel_kind",),
+    ),
+    (
+        "context.kernel_kind=99",
+        "write verify",
+        set_to("context", "kernel_kind", 99),
+        ValueError,
+        ("kernel_kind", "99"),
+    ),
+    (
+        "context.canary_buf=numpy",
+        "write verify",
+        set_to("context", "canary_buf", as_numpy),
+        TypeError,
+        ("canary_buf",),
+    ),
+    (
+        "context.violation_ring=list",
+        "write verify",
+        set_to("context", "violation_ring", as_list),
+        TypeError,
+        ("violation_ring",),
+    ),
+    (
+        "context.enable_chain_position_assert=1",
+        "write verify",
+        set_to("context", "enable_chain_position_assert", 1),
+        TypeError,
+        ("enable_chain_position_assert",),
+    ),
+    (
+        "plan.write_offsets=numpy",
+        "write",
+        set_to("plan", "write_offsets", as_numpy),
+        TypeError,
+        ("write_offsets",),
+    ),
+    (
+        "plan.write_num_valid_reqs=2",
+        "write",
+        set_to("plan", "write_num_valid_reqs", 2),
+        TypeError,
+        ("write_num_valid_reqs",),
+    ),
+    ("input_ids=list", "write", set_to("args", "input_ids", as_list), TypeError, ("input_ids",)),
+    ("positions=numpy", "write", set_to("args", "positions", as_numpy), TypeError, ("positions",)),
+    (
+        "out_cache_loc=None",
+        "write",
+        set_to("args", "out_cache_loc", None),
+        TypeError,
+        ("out_cache_loc",),
+    ),
+    (
+        "expected_input_tokens=list",
+        "write",
+        set_to("args", "expected_input_tokens", as_list),
+        TypeError,
+        ("expected_input_tokens",),
+    ),
+    (
+        "enable_write_input_assert=None",
+        "write",
+        set_to("args", "enable_write_input_assert", None),
+        TypeError,
+        ("enable_write_input_assert",),
+    ),
+    (
+        "enable_write_input_assert='yes'",
+        "write",
+        set_to("args", "enable_write_input_assert", "yes"),
+        TypeError,
+        ("enable_write_input_assert",),
+    ),
+    (
+        "enable_write_input_assert=a tensor",
+        "write",
+        set_to("args", "enable_write_input_assert", lambda old: torch.tensor(True)),
+        TypeError,
+        ("enable_write_input_assert",),
+    ),
+    (
+        "plan.verify_slot_indices=list",
+        "verify",
+        set_to("plan", "verify_slot_indices", as_list),
+        TypeError,
+        ("verify_slot_indices",),
+    ),
+    (
+        "plan.enable=1",
+        "verify",
+        set_to("plan", "enable", 1),
+        TypeError,
+        ("enable",),
+    ),
+    (
+        "check_verify_expected_token=None",
+        "verify",
+        set_to("args", "check_verify_expected_token", None),
+        TypeError,
+        ("check_verify_expected_token",),
+    ),
+    (
+        "check_verify_expected_token='no'",
+        "verify",
+        set_to("args", "check_verify_expected_token", "no"),
+        TypeError,
+        ("check_verify_expected_token",),
+    ),
+    (
+        "check_verify_expected_token=a tensor",
+        "verify",
+        set_to("args", "check_verify_expected_token", lambda old: torch.tensor(1)),
+        TypeError,
+        ("check_verify_expected_token",),
+    ),
+]
+
+
+def resolve_enums(impl, launch: Launch) -> None:
+    """Put the implementation's own enum members where a case left a :class:`Mode` marker."""
+    if not isinstance(launch.context, dict):
+        return
+    for name, value in launch.context.items():
+        if value is Mode.LAUNCH_TAG:
+            launch.context[name] = impl.CanaryLaunchTag(2)
+        elif value is Mode.HASH_MODE:
+            launch.context[name] = impl.RealKvHashMode(2)
+
+
+def assert_kv_canary_refusal(call, error, words) -> None:
+    """``call()`` raises exactly ``error`` with a kv-canary message naming every word."""
+    __tracebackhide__ = True
+    with pytest.raises(Exception) as caught:
+        call()
+    got = caught.value
+    assert type(got) is error, (
+        f"raised {type(got).__name__}: {got}; CONTRACT §11 requires {error.__name__} "
+        "with a kv-canary message"
+    )
+    assert str(got).startswith("kv-canary: "), (
+        f"{type(got).__name__}: {got} is not a kv-canary error (CONTRACT §11)"
+    )
+    for word in words:
+        assert word in str(got), f"{got!r} does not name {word!r}"
+
+
+@write_verify
+@pytest.mark.parametrize(
+    ("kind", "breaker", "error", "words"),
+    [
+        pytest.param(kind, *rest, id=f"{kind}: {name}")
+        for name, kinds, *rest in WRONG_KINDS
+        for kind in kinds.split()
+    ],
+)
+def test_wrong_kinds_of_arguments_are_refused(impl, device, kind, breaker, error, words):
+    """A launch given None, a list, a numpy array, a string or an enum of the wrong type raises the contract's kv-canary error and changes no state."""
+    made, launch = (write_launch if kind == "write" else verify_launch)(impl, device)
+    breaker(launch, device)
+    resolve_enums(impl, launch)
+    before = {name: getattr(made, name).cpu().clone() for name in STATE}
+    assert_kv_canary_refusal(lambda: launch.run(impl), error, words)
+    for name in STATE:
+        assert torch.equal(getattr(made, name).cpu(), before[name]), (
+            f"the refused launch changed {name}"
+        )
+
+
+def fingerprint_args(impl, device):
+    """Valid fingerprint arguments: the test world's source and two of its slots."""
+    source = st_kv.materialize(source_layout(), device).build(impl)
+    return source, torch.tensor([1, 2], dtype=torch.int64, device=device)
+
+
+# (id, call of fingerprint(impl, source, slots), exception, words besides "kv-canary: ")
+FINGERPRINT_WRONG_KINDS = [
+    ("sources=None", lambda i, src, slots: i.fingerprint(None, slots), TypeError, ("sources",)),
+    (
+        "sources=a RealKvSource, not a list",
+        lambda i, src, slots: i.fingerprint(src, slots),
+        TypeError,
+        ("sources",),
+    ),
+    (
+        "sources=[None]",
+        lambda i, src, slots: i.fingerprint([None], slots),
+        TypeError,
+        ("RealKvSource", "NoneType"),
+    ),
+    (
+        "sources=[a tensor]",
+        lambda i, src, slots: i.fingerprint([src.tensor], slots),
+        TypeError,
+        ("RealKvSource", "Tensor"),
+    ),
+    (
+        "slot_indices=None",
+        lambda i, src, slots: i.fingerprint([src], None),
+        TypeError,
+        ("slot_indices",),
+    ),
+    (
+        "slot_indices=list",
+        lambda i, src, slots: i.fingerprint([src], slots.tolist()),
+        TypeError,
+        ("slot_indices",),
+    ),
+    (
+        "slot_indices=numpy",
+        lambda i, src, slots: i.fingerprint([src], np.asarray(slots.cpu())),
+        TypeError,
+        ("slot_indices",),
+    ),
+    (
+        "mode=None",
+        lambda i, src, slots: i.fingerprint([src], slots, mode=None),
+        TypeError,
+        ("mode",),
+    ),
+    (
+        "mode='ALL'",
+        lambda i, src, slots: i.fingerprint([src], slots, mode="ALL"),
+        TypeError,
+        ("mode",),
+    ),
+    (
+        "mode=2.0",
+        lambda i, src, slots: i.fingerprint([src], slots, mode=2.0),
+        TypeError,
+        ("mode",),
+    ),
+    (
+        "mode=a CanaryLaunchTag",
+        lambda i, src, slots: i.fingerprint([src], slots, mode=i.CanaryLaunchTag(2)),
+        TypeError,
+        ("mode",),
+    ),
+    (
+        "mode=7",
+        lambda i, src, slots: i.fingerprint([src], slots, mode=7),
+        ValueError,
+        ("mode", "7"),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "words"),
+    [pytest.param(*rest, id=f"fingerprint: {name}") for name, *rest in FINGERPRINT_WRONG_KINDS],
+)
+def test_fingerprint_refuses_wrong_kinds_of_arguments(impl, device, call, error, words):
+    """fingerprint given None, a list, a numpy array, a string or an enum of the wrong type raises the contract's kv-canary error."""
+    source, slots = fingerprint_args(impl, device)
+    assert_kv_canary_refusal(lambda: call(impl, source, slots), error, words)
