@@ -124,7 +124,8 @@ def append_violation(
     emit,  # which lanes report a violation
 ):
     # Fill-once ring: every violation takes an index; only those below the capacity are stored.
-    idx = tl.atomic_add(write_index_ptr + slot * 0, 1, mask=emit)
+    # relaxed: the index only has to be unique; the host reads the ring after the launch
+    idx = tl.atomic_add(write_index_ptr + slot * 0, 1, mask=emit, sem="relaxed")
     keep = emit & (idx < ring_capacity)
     row = ring_ptr + idx.to(tl.int64) * 8
     tl.store(row + 0, kind + slot * 0, mask=keep)
@@ -164,9 +165,9 @@ def verify_kernel(
     num_valid = tl.load(num_valid_ptr).to(tl.int64)
     active = tl.minimum(tl.maximum(num_valid, 0), capacity)
     if pid == 0:
-        tl.atomic_add(kernel_run_counter_ptr, 1)
+        tl.atomic_add(kernel_run_counter_ptr, 1, sem="relaxed")
         if enabled:
-            tl.atomic_add(slot_run_counter_ptr, active)
+            tl.atomic_add(slot_run_counter_ptr, active, sem="relaxed")
     offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     in_plan = offs < capacity
     slots = tl.load(slot_idx_ptr + offs, mask=in_plan, other=0)
@@ -230,10 +231,15 @@ def write_kernel(
     expected_tokens_ptr, expected_positions_ptr,  # [num_entries], read only with INPUT_ASSERT
     INPUT_ASSERT: tl.constexpr,
 ):
-    # One program per request: the chain is serial along a request, parallel across requests.
+    # One program (one warp) per request: the chain is serial along a request, parallel
+    # across requests. The chain itself is a few dozen dependent integer operations per
+    # entry; what would make it slow is memory latency, so each entry's inputs are loaded
+    # together, unconditionally, one entry ahead of the chain (the loads of entry i + 1 are in
+    # flight while entry i is hashed), skipped entries (slot < 0) are masked rather than
+    # branched around, stores are never waited for, and atomics are relaxed.
     req = tl.program_id(0).to(tl.int64)
     if req == 0:
-        tl.atomic_add(kernel_run_counter_ptr, 1)
+        tl.atomic_add(kernel_run_counter_ptr, 1, sem="relaxed")
     num_valid = tl.load(num_valid_ptr).to(tl.int64)
     active = tl.minimum(tl.maximum(num_valid, 0), capacity)
     if req < active:
@@ -253,37 +259,52 @@ def write_kernel(
         check_position = seeded & (tl.load(chain_assert_ptr) != 0)
         prev_position = s_position
         written = start * 0
+        # entry `start`'s inputs; an empty request loads nothing
+        has_next = start < end
+        next_slot = tl.load(out_cache_loc_ptr + start, mask=has_next, other=-1).to(tl.int64)
+        next_token = tl.load(input_ids_ptr + start, mask=has_next, other=0).to(tl.int64)
+        next_position = tl.load(positions_ptr + start, mask=has_next, other=0).to(tl.int64)
+        next_real_kv = tl.load(real_kv_ptr + start, mask=has_next, other=0)
         for i in range(start, end):
-            slot = tl.load(out_cache_loc_ptr + i).to(tl.int64)
-            if slot >= 0:
-                token = tl.load(input_ids_ptr + i).to(tl.int64)
-                position = tl.load(positions_ptr + i).to(tl.int64)
-                if INPUT_ASSERT:
-                    want_token = tl.load(expected_tokens_ptr + i).to(tl.int64)
-                    want_position = tl.load(expected_positions_ptr + i).to(tl.int64)
-                    input_bits = tl.where(token != want_token, FAIL_WRITE_TOKEN, 0)
-                    input_bits |= tl.where(position != want_position, FAIL_WRITE_POSITION, 0)
-                    append_violation(
-                        ring_ptr, ring_capacity, write_index_ptr,
-                        kind, slot, position, token, want_token, as_i64(running), want_position,
-                        input_bits, input_bits != 0,
-                    )
-                successor = prev_position + 1  # int64: wraps from 2**63 - 1 to -2**63
+            slot = next_slot
+            token = next_token
+            position = next_position
+            real_kv = next_real_kv
+            has_next = i + 1 < end
+            next_slot = tl.load(out_cache_loc_ptr + i + 1, mask=has_next, other=-1).to(tl.int64)
+            next_token = tl.load(input_ids_ptr + i + 1, mask=has_next, other=0).to(tl.int64)
+            next_position = tl.load(positions_ptr + i + 1, mask=has_next, other=0).to(tl.int64)
+            next_real_kv = tl.load(real_kv_ptr + i + 1, mask=has_next, other=0)
+            writing = slot >= 0  # a negative slot is skipped entirely
+            if INPUT_ASSERT:
+                want_token = tl.load(expected_tokens_ptr + i, mask=writing, other=0).to(tl.int64)
+                want_position = tl.load(expected_positions_ptr + i, mask=writing, other=0)
+                want_position = want_position.to(tl.int64)
+                input_bits = tl.where(token != want_token, FAIL_WRITE_TOKEN, 0)
+                input_bits |= tl.where(position != want_position, FAIL_WRITE_POSITION, 0)
                 append_violation(
                     ring_ptr, ring_capacity, write_index_ptr,
-                    kind, slot, position, token, token, as_i64(running), successor,
-                    slot * 0 + FAIL_WRITE_POSITION,
-                    check_position & (position != successor),
+                    kind, slot, position, token, want_token, as_i64(running), want_position,
+                    input_bits, writing & (input_bits != 0),
                 )
-                prev_position = tl.where(check_position, position, prev_position)
-                fields = buf_ptr + slot * slot_stride_words
-                tl.store(fields + 0, token)
-                tl.store(fields + 1, position)
-                tl.store(fields + 2, as_i64(running))
-                tl.store(fields + 3, tl.load(real_kv_ptr + i))
-                running = splitmix64_mix3(running, as_u64(token), as_u64(position))
-                written += 1
-        tl.atomic_add(slot_run_counter_ptr, written)
+            successor = prev_position + 1  # int64: wraps from 2**63 - 1 to -2**63
+            append_violation(
+                ring_ptr, ring_capacity, write_index_ptr,
+                kind, slot, position, token, token, as_i64(running), successor,
+                slot * 0 + FAIL_WRITE_POSITION,
+                writing & check_position & (position != successor),
+            )
+            prev_position = tl.where(writing & check_position, position, prev_position)
+            fields = buf_ptr + tl.where(writing, slot, 0) * slot_stride_words
+            tl.store(fields + 0, token, mask=writing)
+            tl.store(fields + 1, position, mask=writing)
+            tl.store(fields + 2, as_i64(running), mask=writing)
+            tl.store(fields + 3, real_kv, mask=writing)
+            running = tl.where(
+                writing, splitmix64_mix3(running, as_u64(token), as_u64(position)), running
+            )
+            written += tl.where(writing, 1, 0)
+        tl.atomic_add(slot_run_counter_ptr, written, sem="relaxed")
 
 
 def hash_kernel(

@@ -26,6 +26,9 @@ from .real_kv_hash import (
 )
 
 VERIFY_BLOCK = 128  # plan entries per program
+# The write kernel's work per request is one serial chain of scalar code: one warp runs it
+# (more warps would only repeat it, and share its scalar loads and atomics).
+WRITE_NUM_WARPS = 1
 
 _INT64 = (torch.int64,)
 _INT32 = (torch.int32,)
@@ -361,4 +364,5 @@ def launch_canary_write_kernel(
         want_tokens,
         want_positions,
         INPUT_ASSERT=bool(enable_write_input_assert),
+        num_warps=WRITE_NUM_WARPS,
     )

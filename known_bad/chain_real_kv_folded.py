@@ -5,10 +5,9 @@ from known_bad._mutate import export, patch_kernels
 
 patch_kernels(
     (
-        "running = splitmix64_mix3(running, as_u64(token), as_u64(position))",
-        "running = splitmix64_mix3(\n"
-        "                    running ^ as_u64(tl.load(real_kv_ptr + i)), as_u64(token), as_u64(position)\n"
-        "                )",
+        "writing, splitmix64_mix3(running, as_u64(token), as_u64(position)), running",
+        "writing, splitmix64_mix3(running ^ as_u64(real_kv), as_u64(token), as_u64(position)),"
+        " running",
     )
 )
 

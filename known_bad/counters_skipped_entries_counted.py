@@ -5,8 +5,8 @@ from known_bad._mutate import export, patch_kernels
 
 patch_kernels(
     (
-        "        tl.atomic_add(slot_run_counter_ptr, written)",
-        "        tl.atomic_add(slot_run_counter_ptr, end - start)",
+        '        tl.atomic_add(slot_run_counter_ptr, written, sem="relaxed")',
+        '        tl.atomic_add(slot_run_counter_ptr, end - start, sem="relaxed")',
     ),
 )
 
