@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from reference.constants import MAX_REAL_KV_SOURCES, PARTIAL_READ_BYTES, RealKvHashMode
-from reference.hashing import splitmix64, splitmix64_inplace
+from reference.hashing import splitmix64_inplace
 
 
 @dataclass(frozen=True)
@@ -98,11 +98,13 @@ def fingerprint(
     for source_index, src in enumerate(sources):
         _check_slots_in_range(slots, src, source_index)
     # Only now is the cast safe: a uint64 slot above 2**63 would have wrapped negative.
-    slots = slots.astype(np.int64)
+    slots = slots.astype(np.int64, copy=False)
 
     combined = np.zeros(slots.shape[0], dtype=np.uint64)
+    scratch = np.empty_like(combined)
     for src, read_bytes in zip(sources, read_bytes_by_source, strict=True):
-        combined = splitmix64(combined ^ _fold_source(src, slots, read_bytes))
+        combined ^= _fold_source(src, slots, read_bytes)
+        splitmix64_inplace(combined, scratch)
     return combined.view(np.int64)
 
 
@@ -120,6 +122,8 @@ def _as_slot_array(slot_indices) -> np.ndarray:
 
 
 def _check_slots_in_range(slots: np.ndarray, src: Source, source_index: int) -> None:
+    if slots.size == 0 or (slots.min() >= 0 and slots.max() < src.capacity):
+        return  # two reductions; the mask below only to name the first bad slot
     out_of_range = (slots < 0) | (slots >= src.capacity)
     if out_of_range.any():
         bad = int(slots[np.argmax(out_of_range)])
@@ -142,9 +146,14 @@ def _fold_source(src: Source, slots: np.ndarray, read_bytes: int) -> np.ndarray:
         writeable=False,
     )
     rows, tokens = np.divmod(slots, src.page_size)
-    gathered = windows[rows, tokens]  # [num_slots, read_bytes]: a copy of the windows only
-    # little-endian u64 words on any host, one contiguous row per word index
-    words = np.ascontiguousarray(gathered.view("<u8").T.astype(np.uint64, copy=False))
+    if byte_stride == 1:
+        # Little-endian u64 words on any host, gathered straight into [word, slot]: one copy
+        # of the windows, each word of every slot contiguous for the fold below.
+        words = windows.view("<u8").transpose(2, 0, 1)[:, rows, tokens]
+    else:
+        gathered = windows[rows, tokens]  # [num_slots, read_bytes]: a copy of the windows only
+        words = np.ascontiguousarray(gathered).view("<u8").T
+    words = words.astype(np.uint64, copy=False)
     acc = np.zeros(slots.shape[0], dtype=np.uint64)
     scratch = np.empty_like(acc)
     for word in words:
