@@ -1,30 +1,46 @@
-"""The strength gate: the suite must kill every known-bad implementation and pass every correct one.
+"""The strength gate: the suite must kill every known-bad implementation, for the right reason,
+and pass every correct one.
 
     python -m conformance.gate [--jobs N] [--only SUBSTRING] [--device DEV] [--json PATH]
 
 For each entry of ``known_bad.CATALOGUE`` (expected: killed) and each module of
-``known_bad.CORRECT`` (expected: passes) it runs, in a subprocess of its own (a known-bad
-module patches canary for its whole process)::
+``known_bad.CORRECT`` (expected: passes) it runs the suite in a subprocess of its own (a
+known-bad module patches canary for its whole process): the whole suite on a correct
+implementation; on a mutant the modules of the tests its entry lists and the quick modules,
+which call every entry point (``--whole-suite``: every module on every mutant)::
 
-    python -m pytest conformance -q -x -p no:cacheprovider --canary-impl MODULE
+    python -m pytest conformance -q -p no:cacheprovider --hypothesis-profile mutation \
+        -p conformance.gate_record --gate-record RECORD.json --canary-impl MODULE
 
-with ``CI=true`` so that the derandomized ``ci`` Hypothesis profile is used. A run
-*passes* (exit 0), is *killed* (exit 1 with failed tests), or is an *error* (anything else:
-a usage error, no tests, a crash, a signal, a timeout); an error is never a kill, since a
-crash says nothing about whether the suite would have caught the bug.
+with ``CI=true``. The ``mutation`` profile is the derandomized ``ci`` profile without
+shrinking: the same examples, and a failure reported as first found. There is no ``-x``:
+every test runs, and ``conformance.gate_record`` records every failing test with the kind of
+its failure (``assertion``, ``crash``, ``health-check``, ``flaky``). A run:
 
-It prints one row per module (module, area, expected, outcome, seconds, first failing test)
-and a summary line with the kill rate, and exits 0 iff every outcome is the expected one.
+- *passes*: exit 0, nothing failed;
+- is *killed*: every failure is an assertion (``AssertionError``, ``pytest.fail``) and at least
+  one failing test is one that the entry lists in ``dies_in`` (where its bug must be caught);
+- is *misplaced*: every failure is an assertion, but none in a listed test: the suite caught
+  something, not the bug the entry describes;
+- is an *error*: any failure that is not an assertion (a crash such as a ``TypeError`` from a
+  broken module, a Hypothesis health check, ``Flaky``), a collection or usage error, a run
+  without its record, a signal or a timeout. A crash says nothing about whether the suite would
+  have caught the bug, so an error is never a kill, and any error fails the gate.
+
+It prints one row per module (module, area, expected, outcome, seconds, the listed test that
+killed it or what went wrong) and a summary line, and exits 0 iff every outcome is the expected
+one.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
-import re
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -33,12 +49,13 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-PASSES, KILLED, ERROR = "passes", "killed", "error"
+PASSES, KILLED, MISPLACED, ERROR = "passes", "killed", "misplaced", "error"
 CORRECT_AREA = "correct"
 DEFAULT_JOBS = 2
 DEFAULT_TIMEOUT_S = 900.0
+PROFILE = "mutation"
+ASSERTION = "assertion"  # the one failure kind that is a kill (see conformance.gate_record)
 _ERROR_TAIL_LINES = 15
-_FAILED_COUNT = re.compile(r"^[= ]*(?:.*, )?[1-9]\d* failed\b.* in [\d.]+s\b", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -49,6 +66,7 @@ class Target:
     area: str
     expected: str
     bug: str = ""
+    dies_in: tuple[str, ...] = ()  # patterns of the tests that must kill it (see listed())
 
 
 @dataclass(frozen=True)
@@ -57,9 +75,10 @@ class Result:
     outcome: str
     seconds: float
     returncode: int | None  # None: killed by the gate's timeout
-    first_failure: str | None  # node id of the first failed test, if any
+    first_failure: str | None  # node id of the killing test, else of the first failure
     tail: str = ""  # the end of the run's output, kept for errors
-    failure_line: str = ""  # the first FAILED line of the summary: node id and message
+    detail: str = ""  # why the outcome: the kill's message, or what the error was
+    failures: tuple[dict, ...] = ()  # every failing test: nodeid, when, kind, types, message
 
     @property
     def as_expected(self) -> bool:
@@ -73,13 +92,15 @@ def load_targets() -> tuple[list[Target], list[Target]]:
         sys.path.insert(0, str(REPO_ROOT))
     import known_bad
 
-    mutants = [Target(e.module, e.area, e.expected, e.bug) for e in known_bad.CATALOGUE]
+    mutants = [
+        Target(e.module, e.area, e.expected, e.bug, tuple(e.dies_in)) for e in known_bad.CATALOGUE
+    ]
     correct = [Target(m, CORRECT_AREA, PASSES) for m in known_bad.CORRECT]
     return mutants, correct
 
 
-# The suite's modules, quickest first: with -x a mutant stops at its first failure, so
-# cheap checks first make most kills take seconds. Any module not listed runs last.
+# The suite's modules, quickest first, so that a run's first failures come early in its log.
+# Any module not listed runs last.
 FAST_FIRST = (
     "test_spec_vectors.py",
     "test_source_validation.py",
@@ -94,10 +115,25 @@ FAST_FIRST = (
 # measure what the properties alone catch.
 VECTOR_MODULES = ("test_golden.py", "test_spec_vectors.py")
 
+# Modules every run includes: each takes seconds, and together they call every entry point,
+# so a mutant that crashes anywhere is seen crashing.
+QUICK_MODULES = (
+    "test_spec_vectors.py",
+    "test_source_validation.py",
+    "test_launch_validation.py",
+    "test_golden.py",
+)
 
-def suite_paths(*, properties_only: bool = False) -> list[str]:
+
+def suite_paths(
+    *, properties_only: bool = False, modules: Iterable[str] | None = None
+) -> list[str]:
+    """The suite's modules to run, quickest first: all of them, or those named in ``modules``."""
     here = REPO_ROOT / "conformance"
     found = sorted(p.name for p in here.glob("test_*.py"))
+    if modules is not None:
+        wanted = set(modules)
+        found = [name for name in found if name in wanted]
     if properties_only:
         found = [name for name in found if name not in VECTOR_MODULES]
     ordered = [name for name in FAST_FIRST if name in found]
@@ -105,11 +141,41 @@ def suite_paths(*, properties_only: bool = False) -> list[str]:
     return [f"conformance/{name}" for name in ordered]
 
 
+def target_modules(target: Target, *, whole_suite: bool = False) -> list[str] | None:
+    """The suite modules a run on ``target`` needs (None: every one).
+
+    A correct implementation runs the whole suite. A mutant runs the modules of the tests its
+    entry lists and the quick ones; ``whole_suite`` runs every module for every target.
+    """
+    if whole_suite or target.expected == PASSES or not target.dies_in:
+        return None
+    here = REPO_ROOT / "conformance"
+    found = sorted(p.name for p in here.glob("test_*.py"))
+    listed_modules = {
+        name
+        for pattern in target.dies_in
+        for name in found
+        if fnmatch.fnmatchcase(name, pattern.split("::", 1)[0])
+    }
+    return [name for name in found if name in listed_modules or name in QUICK_MODULES]
+
+
 def pytest_command(
-    module: str, device: str | None = None, *, properties_only: bool = False
+    module: str,
+    device: str | None = None,
+    *,
+    record: str | os.PathLike | None = None,
+    properties_only: bool = False,
+    modules: Iterable[str] | None = None,
 ) -> list[str]:
-    command = [sys.executable, "-m", "pytest", *suite_paths(properties_only=properties_only)]
-    command += ["-q", "-x", "-p", "no:cacheprovider"]
+    """The suite run on ``module`` (every test of ``modules``, no ``-x``), failures recorded in
+    ``record``."""
+    paths = suite_paths(properties_only=properties_only, modules=modules)
+    command = [sys.executable, "-m", "pytest", *paths]
+    command += ["-q", "-p", "no:cacheprovider", "--hypothesis-profile", PROFILE]
+    command += ["-p", "conformance.gate_record"]
+    if record is not None:
+        command += ["--gate-record", str(record)]
     # -rfE puts one "FAILED <node id> - <message>" line per failure in the summary
     command += ["-rfE", "--canary-impl", module]
     if device:
@@ -126,66 +192,118 @@ def child_environment() -> dict[str, str]:
     return env
 
 
-def _failed_lines(output: str) -> list[str]:
-    return [line for line in output.splitlines() if line.startswith("FAILED ")]
+def test_name(nodeid: str) -> str:
+    """``module.py::test_function`` of a node id: without ``conformance/`` and parameters."""
+    name = nodeid.split("[", 1)[0]
+    return name.removeprefix("conformance/")
 
 
-def failed_tests(output: str) -> list[str]:
-    """Node ids of the ``FAILED`` lines of a pytest run's short summary, in order."""
-    return [line[len("FAILED ") :].split(" - ", 1)[0].strip() for line in _failed_lines(output)]
+def listed(nodeid: str, patterns: Sequence[str]) -> bool:
+    """Whether a test is one of ``patterns`` (``fnmatch`` patterns of :func:`test_name`, e.g.
+    ``test_fingerprint.py::test_launch_checks_*``); every parametrization of a listed test is."""
+    name = test_name(nodeid)
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
-def _summary_counts_failures(output: str) -> bool:
-    # pytest's closing line, e.g. "1 failed, 12 passed in 3.10s" (framed by "=" without -q)
-    return _FAILED_COUNT.search(output) is not None
+def _show(failure: dict) -> str:
+    types = failure.get("types") or ["?"]
+    return f"{failure['nodeid']} ({failure['kind']}: {types[-1]}: {failure.get('message', '')})"
 
 
-def classify(returncode: int | None, output: str) -> tuple[str, str | None]:
-    """(outcome, first failed test) of a suite run from its exit status and output."""
-    failures = failed_tests(output)
-    first = failures[0] if failures else None
-    if returncode == 0:
-        return PASSES, None
-    if returncode == 1 and (failures or _summary_counts_failures(output)):
-        return KILLED, first
-    return ERROR, first
+def classify(
+    returncode: int | None, record: dict | None, target: Target
+) -> tuple[str, str | None, str]:
+    """(outcome, the killing or first failing test, why) of one suite run on ``target``.
+
+    ``record`` is what ``conformance.gate_record`` wrote (None: it wrote nothing).
+    """
+    if returncode is None:
+        return ERROR, None, "the run timed out"
+    if record is None:
+        return ERROR, None, f"exit {returncode} without a record of its failures"
+    failures = record.get("failures", [])
+    first = failures[0]["nodeid"] if failures else None
+    if record.get("collection_errors"):
+        where = ", ".join(e["nodeid"] or "?" for e in record["collection_errors"])
+        return ERROR, first, f"collection errors in {where}"
+    errors = [f for f in failures if f["kind"] != ASSERTION]
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        return ERROR, errors[0]["nodeid"], _show(errors[0]) + more
+    if returncode == 0 and not failures:
+        return PASSES, None, ""
+    if returncode != 1 or not failures:
+        return ERROR, first, f"exit {returncode} with {len(failures)} recorded failures"
+    if target.expected == PASSES:
+        return KILLED, first, _show(failures[0])
+    kills = [f for f in failures if listed(f["nodeid"], target.dies_in)]
+    if not kills:
+        names = sorted({test_name(f["nodeid"]) for f in failures})
+        return MISPLACED, first, "only unlisted tests failed: " + ", ".join(names)
+    return KILLED, kills[0]["nodeid"], _show(kills[0])
 
 
 def _tail(output: str, lines: int = _ERROR_TAIL_LINES) -> str:
     return "\n".join(output.rstrip().splitlines()[-lines:])
 
 
+def _read_record(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def run_target(
-    target: Target, *, device: str | None, timeout_s: float, properties_only: bool = False
+    target: Target,
+    *,
+    device: str | None,
+    timeout_s: float,
+    properties_only: bool = False,
+    whole_suite: bool = False,
 ) -> Result:
     """Run the suite on ``target.module`` in a subprocess and classify the run."""
     start = time.perf_counter()
-    try:
-        completed = subprocess.run(
-            pytest_command(target.module, device, properties_only=properties_only),
-            cwd=REPO_ROOT,
-            env=child_environment(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=timeout_s,
-            check=False,
+    with tempfile.TemporaryDirectory(prefix="kv-canary-gate-") as folder:
+        record_path = Path(folder) / "record.json"
+        command = pytest_command(
+            target.module,
+            device,
+            record=record_path,
+            properties_only=properties_only,
+            modules=target_modules(target, whole_suite=whole_suite),
         )
-    except subprocess.TimeoutExpired as expired:
-        output = expired.output or ""
-        if isinstance(output, bytes):
-            output = output.decode(errors="replace")
-        seconds = time.perf_counter() - start
-        return Result(
-            target, ERROR, seconds, None, None, f"timed out after {timeout_s:g} s\n" + _tail(output)
-        )
+        try:
+            completed = subprocess.run(
+                command,
+                cwd=REPO_ROOT,
+                env=child_environment(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as expired:
+            output = expired.output or ""
+            if isinstance(output, bytes):
+                output = output.decode(errors="replace")
+            seconds = time.perf_counter() - start
+            return Result(
+                target,
+                ERROR,
+                seconds,
+                None,
+                None,
+                f"timed out after {timeout_s:g} s\n" + _tail(output),
+                "the run timed out",
+            )
+        record = _read_record(record_path)
     seconds = time.perf_counter() - start
-    outcome, first = classify(completed.returncode, completed.stdout)
+    outcome, first, detail = classify(completed.returncode, record, target)
     tail = _tail(completed.stdout) if outcome == ERROR else ""
-    failed = _failed_lines(completed.stdout)
-    return Result(
-        target, outcome, seconds, completed.returncode, first, tail, failed[0] if failed else ""
-    )
+    failures = tuple(record.get("failures", [])) if record else ()
+    return Result(target, outcome, seconds, completed.returncode, first, tail, detail, failures)
 
 
 Runner = Callable[[Target], Result]
@@ -205,7 +323,7 @@ def run_all(targets: Sequence[Target], runner: Runner, *, jobs: int, progress=No
 
 
 def table(results: Iterable[Result]) -> str:
-    header = ("", "module", "area", "expected", "outcome", "seconds", "first failing test")
+    header = ("", "module", "area", "expected", "outcome", "seconds", "killed by / why")
     rows = [
         (
             "ok" if r.as_expected else "FAIL",
@@ -214,7 +332,7 @@ def table(results: Iterable[Result]) -> str:
             r.target.expected,
             r.outcome,
             f"{r.seconds:.1f}",
-            r.first_failure or "-",
+            (r.first_failure or "-") if r.outcome == KILLED else (r.detail or "-"),
         )
         for r in results
     ]
@@ -235,6 +353,7 @@ def summary(results: Sequence[Result]) -> dict:
         "mutants": len(mutants),
         "killed": killed,
         "survived": sum(r.outcome == PASSES for r in mutants),
+        "misplaced": sum(r.outcome == MISPLACED for r in mutants),
         "errors": sum(r.outcome == ERROR for r in results),
         "kill_rate": killed / len(mutants) if mutants else None,
         "mean_seconds_per_mutant": (
@@ -251,14 +370,15 @@ def summary_line(facts: dict) -> str:
     if facts["mutants"]:
         kills = (
             f"kill rate {facts['killed']}/{facts['mutants']} ({100 * facts['kill_rate']:.1f}%), "
-            f"{facts['survived']} survived; mean {facts['mean_seconds_per_mutant']:.1f} s per mutant"
+            f"{facts['survived']} survived, {facts['misplaced']} killed only by unlisted tests; mean {facts['mean_seconds_per_mutant']:.1f} s per mutant"
         )
     else:
         kills = "no mutants run"
     verdict = "gate OK" if facts["ok"] else f"gate FAILED: {', '.join(facts['mismatches'])}"
+    wall = f"; {facts['wall_seconds']:.0f} s wall" if "wall_seconds" in facts else ""
     return (
         f"{kills}; correct implementations passing {facts['correct_passing']}/{facts['correct']}; "
-        f"{facts['errors']} errors; {verdict}"
+        f"{facts['errors']} errors{wall}; {verdict}"
     )
 
 
@@ -282,6 +402,12 @@ def _parser() -> argparse.ArgumentParser:
         "--properties-only",
         action="store_true",
         help="leave out the stored vectors (golden, SPEC §2): what do the properties alone kill?",
+    )
+    parser.add_argument(
+        "--whole-suite",
+        action="store_true",
+        help="run every suite module on every mutant, not only those of its listed tests "
+        "and the quick ones",
     )
     parser.add_argument(
         "--timeout",
@@ -319,6 +445,7 @@ def main(
                 device=args.device,
                 timeout_s=args.timeout,
                 properties_only=args.properties_only,
+                whole_suite=args.whole_suite,
             )
 
     def progress(result: Result) -> None:
@@ -335,8 +462,15 @@ def main(
 
     print(table(results))
     for result in results:
-        if result.outcome == ERROR and result.tail:
-            print(f"\n--- {result.target.module}: exit {result.returncode}\n{result.tail}")
+        if result.outcome == ERROR:
+            print(f"\n--- {result.target.module}: exit {result.returncode}: {result.detail}")
+            errors = [f for f in result.failures if f["kind"] != ASSERTION]
+            for failure in errors:
+                print(f"  {_show(failure)}")
+            if result.tail and not errors:
+                print(result.tail)
+        elif result.outcome == MISPLACED:
+            print(f"\n--- {result.target.module}: {result.detail}")
     print()
     print(summary_line(facts))
     if args.json:

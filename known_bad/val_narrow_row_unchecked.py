@@ -12,8 +12,9 @@ patch_function(
         """\
     if row_bytes < needed:
         raise ValueError(
-            f"{_PREFIX} row is too narrow for its slot layout: dim-1 is {row_bytes} bytes but "
-            f"page_size={page_size} x num_bytes_per_token={num_bytes_per_token} needs {needed}"
+            f"{_PREFIX}.tensor row is {row_bytes} bytes wide but page_size={page_size} x "
+            f"num_bytes_per_token={num_bytes_per_token} needs {needed} "
+            f"(shape={shape}, dtype={tensor.dtype})"
         )
 """,
         "",
