@@ -3,6 +3,7 @@
     python -m canary.compile_check --target cuda:90          # or sm90, h200, hip:gfx942, ...
     python -m canary.compile_check --all                     # every target of the GPU matrix
     python -m canary.compile_check --target sm90 --asm-dir out/   # also keep PTX / AMDGCN
+    python -m canary.compile_check --target local            # this machine's own GPU
 
 Triton's interpreter runs code that its compiler rejects (a parameter that lost its
 ``tl.constexpr`` runs interpreted and fails to compile for every GPU), so the CPU leg alone
@@ -85,10 +86,22 @@ def inactive_driver(target: GPUTarget) -> Iterator[None]:
         driver.set_active(previous)
 
 
+def local_target() -> GpuType:
+    """The target of this machine's current GPU, as Triton's real driver reports it."""
+    try:
+        target = driver.active.get_current_target()
+    except Exception as error:  # no GPU, or no driver for it
+        raise ValueError(f"no local GPU target: {type(error).__name__}: {error}") from None
+    vendor = "cuda" if target.backend == "cuda" else "rocm"
+    return GpuType("local", vendor, (), target.arch, target.warp_size)
+
+
 def parse_target(text: str) -> GpuType:
     """``cuda:90``, ``hip:gfx942``, a compile leg (``sm90``, ``compile-sm90``) or a GPU type
     (``h200``, ``cuda-h200``)."""
     wanted = text.strip().lower().removeprefix("compile-")  # a tox env name works too
+    if wanted == "local":
+        return local_target()
     for gpu in GPU_TYPES:
         if wanted in (gpu.target_name, gpu.compile_leg, gpu.label, gpu.leg):
             return gpu
@@ -355,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
         "--target",
         action="append",
         default=[],
-        help="cuda:90, hip:gfx942, a compile leg (sm90, gfx950) or a GPU label (h200); repeatable",
+        help="cuda:90, hip:gfx942, a compile leg (sm90, gfx950), a GPU label (h200), or local "
+        "(this machine's GPU); repeatable",
     )
     parser.add_argument("--all", action="store_true", help="every target of the GPU matrix")
     parser.add_argument(

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# One pass over a GPU host, in under 8 minutes:
+# One pass over a GPU host, in under 9 minutes:
 #
 #   1. environment: nvidia-smi, Python package versions, the GPU torch sees
 #   2. gpu-label:   scripts/check_gpu_type.py $GPU_LABEL (default cuda-h200)
-#   3. conformance: the conformance suite on cuda, ci profile (JSON report saved)
-#   4. tests:       the project's self-tests
-#   5. benchmarks:  the GPU benchmarks, short rounds (pytest-benchmark JSON saved), then a
+#   3. compile:     every kernel variant compiled for this GPU's own target
+#                   (python -m canary.compile_check --target local)
+#   4. conformance: the conformance suite on cuda, ci profile (JSON report saved)
+#   5. gpu-tests:   tests/test_canary_gpu.py: compiled kernels equal interpreted ones, bit for bit
+#   6. sanitizer:   one short fingerprint/write/verify run under compute-sanitizer memcheck
+#                   (skipped, and said so, when compute-sanitizer is not on PATH)
+#   7. benchmarks:  the GPU benchmarks, short rounds (pytest-benchmark JSON saved), then a
 #                   compact GB/s table
 #
 # The host needs torch, Triton, Hypothesis, pytest and pytest-benchmark already installed
@@ -19,7 +23,7 @@
 #   bash scripts/gpu_check.sh [RESULTS_DIR]
 #
 # Environment: GPU_LABEL, PYTHON (default: python, else python3), GPU_CHECK_BUDGET_S
-# (default 460: the whole run stays below that many seconds).
+# (default 500: the whole run stays below that many seconds).
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -30,7 +34,7 @@ py="${PYTHON:-$(command -v python || command -v python3)}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # no .pyc and no pytest cache left in the working tree
 export PYTHONDONTWRITEBYTECODE=1
-budget_end=$((SECONDS + ${GPU_CHECK_BUDGET_S:-460}))
+budget_end=$((SECONDS + ${GPU_CHECK_BUDGET_S:-500}))
 kill_after=10
 tail_lines=25
 failures=0
@@ -111,11 +115,20 @@ export py
 export -f environment
 run_stage environment 20 bash -c environment
 run_stage gpu-label 15 "$py" scripts/check_gpu_type.py "${GPU_LABEL:-cuda-h200}"
-run_stage conformance 190 "$py" -m pytest conformance -p no:cacheprovider -q \
+run_stage compile 60 "$py" -W ignore::UserWarning -m canary.compile_check --target local \
+    --asm-dir "$results/asm"
+run_stage conformance 170 "$py" -m pytest conformance -p no:cacheprovider -q \
     --canary-device cuda --hypothesis-profile ci \
     --canary-report "$results/conformance-report.json"
-run_stage tests 75 "$py" -m pytest tests -p no:cacheprovider -q
-run_stage benchmarks 130 "$py" -m pytest benchmarks -p no:cacheprovider -m gpu \
+run_stage gpu-tests 45 "$py" -m pytest tests/test_canary_gpu.py -p no:cacheprovider -q
+if command -v compute-sanitizer >/dev/null; then
+    run_stage sanitizer 60 compute-sanitizer --tool memcheck --error-exitcode 1 \
+        "$py" scripts/sanitizer_run.py
+else
+    echo "=== sanitizer: compute-sanitizer is not on PATH; no memcheck run"
+    summary+=("$(printf '%-12s %-10s %5s' sanitizer "absent" "-")")
+fi
+run_stage benchmarks 120 "$py" -m pytest benchmarks -p no:cacheprovider -m gpu \
     --bench-quick --benchmark-json "$results/gpu-bench.json" \
     --benchmark-columns=min,median,max,rounds
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from triton.runtime import driver
 
 from canary import compile_check
@@ -52,6 +53,15 @@ def test_target_names(text):
 def test_unknown_target_is_refused_with_the_known_ones():
     with pytest.raises(ValueError, match=r"unknown target 'sm75'.*cuda:90 \(sm90\)"):
         compile_check.parse_target("sm75")
+
+
+def test_local_target_without_a_gpu_is_a_clear_error():
+    """``--target local`` names this machine's GPU; without one it says so."""
+    if torch.cuda.is_available():
+        assert compile_check.parse_target("local").label == "local"
+    else:
+        with pytest.raises(ValueError, match="no local GPU target"):
+            compile_check.parse_target("local")
 
 
 def test_the_inactive_driver_is_put_back():
