@@ -69,6 +69,27 @@ def import_impl_lines(impl_name: str, device) -> list[str]:
     return lines
 
 
+def source_case_repro(impl_name: str, device, case) -> str:
+    """A snippet that builds an invalid-source case, catches what RealKvSource raises and
+    asserts it is the reference validator's verdict (kept in ``case.expected``)."""
+    import dataclasses
+
+    error, message = case.expected
+    lines = [
+        *import_impl_lines(impl_name, device),
+        "from strategies import InvalidSourceCase, ObjectSpec",
+        f"case = {dataclasses.replace(case, expected=None)!r}",
+        f"want = ({error.__name__}, {message!r})  # the reference validator's verdict",
+        "try:",
+        "    impl.RealKvSource(**case.build(device))",
+        "    got = None  # accepted",
+        "except Exception as error:",
+        "    got = (type(error), str(error))",
+        'assert got == want, f"got {got}, want {want}"',
+    ]
+    return "\n".join("    " + line for line in lines)
+
+
 def mode_name(mode) -> str:
     """A hash mode by its name, e.g. ``ALL`` for 2."""
     try:

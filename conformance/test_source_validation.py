@@ -1,4 +1,4 @@
-"""RealKvSource validation (SPEC §3): valid configs accepted, invalid ones raise the exact error."""
+"""RealKvSource validation (CONTRACT §3): valid configs accepted, invalid ones raise the exact error."""
 
 import hypothesis.strategies as st
 import numpy as np
@@ -10,6 +10,7 @@ import strategies as st_kv
 from conformance import profiles
 from conformance.assertions import fail
 from conformance.profiles import examples
+from conformance.support import source_case_repro
 
 
 def aligned(device, nbytes: int, offset: int = 0) -> torch.Tensor:
@@ -248,15 +249,15 @@ def check_case(impl, case, device):
         if type(caught) is not error or str(caught) != message:
             fail(
                 f"{case.recipe} raised {type(caught).__name__}: {caught}\n"
-                f"  but SPEC §3 rule {case.rule} requires {error.__name__}: {message}",
+                f"  but CONTRACT §3 rule {case.rule} requires {error.__name__}: {message}",
                 config=f"rules broken: {sorted(case.broken_rules)}",
-                repro=f"    case = {case!r}\n    impl.RealKvSource(**case.build({str(device)!r}))",
+                repro=source_case_repro(impl.__name__, device, case),
             )
     else:
         fail(
-            f"{case.recipe} was accepted, but SPEC §3 rule {case.rule} requires "
+            f"{case.recipe} was accepted, but CONTRACT §3 rule {case.rule} requires "
             f"{error.__name__}: {message}",
-            repro=f"    case = {case!r}\n    impl.RealKvSource(**case.build({str(device)!r}))",
+            repro=source_case_repro(impl.__name__, device, case),
         )
 
 

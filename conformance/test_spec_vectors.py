@@ -55,4 +55,4 @@ def test_spec_fingerprint_vectors(impl, device, sources, mode, expected):
     ]
     got = impl.fingerprint(built, torch.zeros(1, dtype=torch.int64, device=device), mode=mode)
     assert got.dtype == torch.int64
-    assert hexu(got.item()) == hexu(expected), f"SPEC §2 gives {hexu(expected)}"
+    assert hexu(got.item()) == hexu(expected), f"CONTRACT §2 gives {hexu(expected)}"
