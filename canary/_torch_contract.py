@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import IntEnum, IntFlag
+from enum import Enum, IntEnum, IntFlag
 from typing import NamedTuple
 
 import numpy as np
@@ -258,9 +258,33 @@ def refuse_too_many_sources(sources: Sequence) -> None:
         )
 
 
+def _foreign_enum(value: object, enum_name: str) -> bool:
+    """An enum member of another enum than ``enum_name`` (any implementation's of that name
+    is accepted: engines may hand over their own)."""
+    return isinstance(value, Enum) and type(value).__name__ != enum_name
+
+
+def sequence_of_sources(sources: object, name: str, what: str) -> tuple:
+    """``sources`` as a tuple, refused unless it is a list or tuple (a bare source, None...)."""
+    if not isinstance(sources, (list, tuple)):
+        raise TypeError(f"kv-canary: {name} must be {what}, got {type(sources).__name__}")
+    return tuple(sources)
+
+
+def launch_flag(name: str, value: object) -> bool:
+    """A launch flag: a Python bool, not something that converts to one (None, 'no', a tensor)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"kv-canary: {name} must be a bool, got {type(value).__name__}")
+    return value
+
+
 def hash_mode(mode: object, name: str = "mode") -> RealKvHashMode:
-    """``mode`` as a RealKvHashMode: an int (or IntEnum) of one of its values."""
-    if isinstance(mode, (bool, np.bool_)) or not isinstance(mode, (int, np.integer)):
+    """``mode`` as a RealKvHashMode: an int (or a RealKvHashMode) of one of its values."""
+    if (
+        isinstance(mode, (bool, np.bool_))
+        or not isinstance(mode, (int, np.integer))
+        or _foreign_enum(mode, "RealKvHashMode")
+    ):
         raise TypeError(
             f"kv-canary: {name} must be a RealKvHashMode or its int value, "
             f"got {type(mode).__name__}"
@@ -311,7 +335,7 @@ class FingerprintArgs(NamedTuple):
 
 def fingerprint_args(sources, slot_indices, mode) -> FingerprintArgs:
     """SPEC §4's launch checks in its order (source cap first), and the checked arguments."""
-    sources = tuple(sources)
+    sources = sequence_of_sources(sources, "sources", "a list or tuple of RealKvSource")
     refuse_too_many_sources(sources)
     mode = hash_mode(mode)
     if not isinstance(slot_indices, torch.Tensor):
@@ -386,12 +410,18 @@ class Context(NamedTuple):
     sources: tuple[RealKvSource, ...]
 
 
+def _context_sources(context: VerifyOrWriteContext) -> tuple:
+    return sequence_of_sources(
+        context.real_kv_sources, "context.real_kv_sources", "a tuple of RealKvSource"
+    )
+
+
 def _context(context) -> Context:
     if not isinstance(context, VerifyOrWriteContext):
         raise TypeError(
             f"kv-canary: context must be a VerifyOrWriteContext, got {type(context).__name__}"
         )
-    sources = tuple(context.real_kv_sources)
+    sources = _context_sources(context)
     refuse_too_many_sources(sources)
     buf = _tensor("context.canary_buf", context.canary_buf, (torch.uint8,), (None, None), None)
     device = buf.device
@@ -412,7 +442,11 @@ def _context(context) -> Context:
     for name in ("slot_run_counter", "kernel_run_counter"):
         _tensor(f"context.{name}", getattr(context, name), _LONG, (1,), device)
     kind = context.kernel_kind
-    if isinstance(kind, (bool, np.bool_)) or not isinstance(kind, (int, np.integer)):
+    if (
+        isinstance(kind, (bool, np.bool_))
+        or not isinstance(kind, (int, np.integer))
+        or _foreign_enum(kind, "CanaryLaunchTag")
+    ):
         raise TypeError(
             f"kv-canary: context.kernel_kind must be a CanaryLaunchTag, got {type(kind).__name__}"
         )
@@ -431,9 +465,10 @@ class VerifyLaunch(NamedTuple):
     active: int  # entries to check: clamp(verify_num_valid, 0, cap), 0 when disabled
 
 
-def verify_launch(context, plan) -> VerifyLaunch:
+def verify_launch(context, plan, check_verify_expected_token: bool = False) -> VerifyLaunch:
     """Every SPEC §8 rule of a verify launch; raises for the first one broken."""
     ctx = _context(context)
+    launch_flag("check_verify_expected_token", check_verify_expected_token)
     if not isinstance(plan, VerifyPlan):
         raise TypeError(f"kv-canary: plan must be a VerifyPlan, got {type(plan).__name__}")
     slots = _tensor(
@@ -477,7 +512,8 @@ def write_launch(
 ) -> WriteLaunch:
     """Every SPEC §6/§8 rule of a write launch; raises for the first one broken."""
     if isinstance(context, VerifyOrWriteContext):
-        refuse_too_many_sources(tuple(context.real_kv_sources))  # SPEC §4: the cap comes first
+        refuse_too_many_sources(_context_sources(context))  # SPEC §4: the cap comes first
+    launch_flag("enable_write_input_assert", enable_write_input_assert)
     expected = {
         "expected_input_tokens": expected_input_tokens,
         "expected_input_positions": expected_input_positions,

@@ -111,7 +111,7 @@ def launch_canary_verify_kernel(
 
     All entries are checked at once; rows reach the ring in plan order.
     """
-    checked_launch = verify_launch(context, plan)
+    checked_launch = verify_launch(context, plan, check_verify_expected_token)
     mode, sources = checked_launch.context.mode, checked_launch.context.sources
     enabled, active = checked_launch.enabled, checked_launch.active
     slots = plan.verify_slot_indices
