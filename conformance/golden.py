@@ -314,31 +314,32 @@ def implementation_write_verify(impl, scenario: dict, device) -> tuple[dict, lis
 
 
 def differences(got: dict, want: dict, scenario: dict, *, limit: int = 12) -> list[str]:
-    """What differs between two final states of ``scenario``, one line per difference."""
+    """What differs between two final states of ``scenario``, one line per difference, each
+    field by name (``slot 3: prev_hash got 0x..., want 0x...``, ``ring row 0 (slot 7):
+    expected_token got 0, want -1``), launch tags and violation bits by name, every line
+    under 100 columns."""
+    from .assertions import field_differences, ring_row_differences
+
     problems = []
     ops = [next(iter(step)) for step in scenario["steps"]]
     for k, (g, w) in enumerate(
         zip(got["write_index_after_step"], want["write_index_after_step"], strict=True)
     ):
         if g != w:
-            problems.append(f"write index after step {k} ({ops[k]}) = {g}, stored {w}")
+            problems.append(f"write index after step {k} ({ops[k]}) got {g}, want {w}")
     for name in ("slot_run_counter", "kernel_run_counter"):
         if got[name] != want[name]:
-            problems.append(f"{name} = {got[name]}, stored {want[name]}")
+            problems.append(f"{name} got {got[name]}, want {want[name]}")
     for slot, (g, w) in enumerate(zip(got["records"], want["records"], strict=True)):
-        for field, (gv, wv) in enumerate(zip(g, w, strict=True)):
-            if gv != wv:
-                problems.append(f"slot {slot} {_FIELD_NAMES[field]} = {gv}, stored {wv}")
-    got_rows, want_rows = got["ring_rows"], want["ring_rows"]
+        g_values = [from_hex64(v) for v in g]
+        w_values = [from_hex64(v) for v in w]
+        for line in field_differences(_FIELD_NAMES, g_values, w_values):
+            problems.append(f"slot {slot}: {line}")
+    got_rows = [[from_hex64(v) for v in row] for row in got["ring_rows"]]
+    want_rows = [[from_hex64(v) for v in row] for row in want["ring_rows"]]
     if len(got_rows) != len(want_rows):
-        problems.append(f"{len(got_rows)} ring rows stored, {len(want_rows)} expected")
-    for row, (g, w) in enumerate(zip(got_rows, want_rows)):
-        if g != w:
-            cols = [_RING_COLUMNS[c] for c in range(len(g)) if g[c] != w[c]]
-            problems.append(
-                f"stored ring row {row} (launch-sorted) = [{', '.join(g)}], "
-                f"expected [{', '.join(w)}] (differs in {', '.join(cols)})"
-            )
+        problems.append(f"{len(got_rows)} ring rows stored, want {len(want_rows)}")
+    problems += ring_row_differences(got_rows, want_rows, limit=limit)
     if len(problems) > limit:
         problems = problems[:limit] + [f"... and {len(problems) - limit} more"]
     return problems

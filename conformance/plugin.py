@@ -209,13 +209,13 @@ def pytest_configure(config: pytest.Config) -> None:
             config,
             config.getoption("--canary-report"),
             lambda: describe_environment(selection),
-            rerun_options=rerun_options(selection),
+            rerun_options=rerun_options_of(selection),
         ),
         "canary-report",
     )
 
 
-def rerun_options(selection: Selection) -> str:
+def rerun_options_of(selection: Selection) -> str:
     """The options that rerun one test of this run on the same implementation and device."""
     import shlex
 
@@ -359,6 +359,12 @@ def impl(pytestconfig: pytest.Config) -> types.ModuleType:
 def device(pytestconfig: pytest.Config):
     """The torch device the suite puts tensors on."""
     return _selection(pytestconfig).device
+
+
+@pytest.fixture(scope="session")
+def rerun_options(pytestconfig: pytest.Config) -> str:
+    """The pytest options that rerun a test on this run's implementation, device and profile."""
+    return rerun_options_of(_selection(pytestconfig))
 
 
 @pytest.fixture(scope="session")

@@ -12,16 +12,17 @@ import torch
 
 from conformance import golden
 from conformance.assertions import assert_int64_equal, fail
+from conformance.support import mode_name
 
 FINGERPRINT = golden.load(golden.FINGERPRINT_FILE)
 WRITE_VERIFY = golden.load(golden.WRITE_VERIFY_FILE)
 
 
-def _repro(test: str, vector: dict, impl_name: str, device) -> str:
+def _repro(test: str, vector: dict, rerun_options: str) -> str:
     return "\n".join(
         [
-            f"    pytest 'conformance/test_golden.py::{test}[{vector['id']}]' "
-            f"--canary-impl {impl_name} --canary-device {device}",
+            f"    pytest 'conformance/test_golden.py::{test}[{vector['id']}]' \\",
+            f"        {rerun_options}",
             f"    (vector {vector['id']!r} of conformance/golden/, made by `{golden.COMMAND}`)",
         ]
     )
@@ -34,7 +35,7 @@ def _skip_missing_dtypes(vector: dict) -> None:
 
 
 @pytest.mark.parametrize("vector", FINGERPRINT, ids=[v["id"] for v in FINGERPRINT])
-def test_fingerprint_vector(impl, impl_name, device, vector):
+def test_fingerprint_vector(impl, rerun_options, device, vector):
     """fingerprint returns the stored hash of every slot of every golden vector, bit for bit."""
     _skip_missing_dtypes(vector)
     sources = [m.build(impl) for m in golden.materialize_sources(vector, device)]
@@ -45,23 +46,24 @@ def test_fingerprint_vector(impl, impl_name, device, vector):
         got,
         want,
         call=f"golden vector {vector['id']} ({vector['what']}): "
-        f"fingerprint(mode={vector['mode']}, {len(sources)} sources)",
+        f"fingerprint(mode={mode_name(vector['mode'])}, {len(sources)} sources)",
         config=f"stored in conformance/golden/{golden.FINGERPRINT_FILE}",
-        repro=_repro("test_fingerprint_vector", vector, impl_name, device),
+        repro=_repro("test_fingerprint_vector", vector, rerun_options),
         labels=[f"slot {s}" for s in vector["slots"]],
     )
 
 
 @pytest.mark.write_verify
 @pytest.mark.parametrize("vector", WRITE_VERIFY, ids=[v["id"] for v in WRITE_VERIFY])
-def test_write_verify_vector(impl, impl_name, device, vector):
+def test_write_verify_vector(impl, rerun_options, device, vector):
     """After a golden scenario, the canary records, the stored ring rows, the write index after each step and both counters are the stored ones, and nothing else changed."""
     _skip_missing_dtypes(vector)
     got, stray = golden.implementation_write_verify(impl, vector, device)
     problems = golden.differences(got, vector["expected"], vector) + stray
     if problems:
         fail(
-            f"golden vector {vector['id']} ({vector['what']}) differs from what the reference "
-            f"stored in conformance/golden/{golden.WRITE_VERIFY_FILE}:\n  " + "\n  ".join(problems),
-            repro=_repro("test_write_verify_vector", vector, impl_name, device),
+            f"golden vector {vector['id']} differs from the reference's result in "
+            f"conformance/golden/{golden.WRITE_VERIFY_FILE}\n  ({vector['what']}):\n  "
+            + "\n  ".join(problems),
+            repro=_repro("test_write_verify_vector", vector, rerun_options),
         )
