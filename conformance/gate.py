@@ -18,14 +18,17 @@ every test runs, and ``conformance.gate_record`` records every failing test with
 its failure (``assertion``, ``crash``, ``health-check``, ``flaky``). A run:
 
 - *passes*: exit 0, nothing failed;
-- is *killed*: every failure is an assertion (``AssertionError``, ``pytest.fail``) and at least
-  one failing test is one that the entry lists in ``dies_in`` (where its bug must be caught);
-- is *misplaced*: every failure is an assertion, but none in a listed test: the suite caught
-  something, not the bug the entry describes;
-- is an *error*: any failure that is not an assertion (a crash such as a ``TypeError`` from a
-  broken module, a Hypothesis health check, ``Flaky``), a collection or usage error, a run
-  without its record, a signal or a timeout. A crash says nothing about whether the suite would
-  have caught the bug, so an error is never a kill, and any error fails the gate.
+- is *killed*: every failure is a failed property, i.e. an assertion (``AssertionError``,
+  ``pytest.fail``) or a refusal (the implementation raised one of the contract's own
+  ``kv-canary: `` errors where the call must succeed), and at least one failing test is one
+  that the entry lists in ``dies_in`` (where its bug must be caught);
+- is *misplaced*: every failure is a failed property, but none in a listed test: the suite
+  caught something, not the bug the entry describes;
+- is an *error*: any other failure (a crash such as Python's own ``TypeError`` or
+  ``NameError`` from a broken module, a Hypothesis health check, ``Flaky``), a collection or
+  usage error, a run without its record, a signal or a timeout. A crash says nothing about
+  whether the suite would have caught the bug, so an error is never a kill, and any error
+  fails the gate.
 
 It prints one row per module (module, area, expected, outcome, seconds, the listed test that
 killed it or what went wrong) and a summary line, and exits 0 iff every outcome is the expected
@@ -54,7 +57,9 @@ CORRECT_AREA = "correct"
 DEFAULT_JOBS = 2
 DEFAULT_TIMEOUT_S = 900.0
 PROFILE = "mutation"
-ASSERTION = "assertion"  # the one failure kind that is a kill (see conformance.gate_record)
+# The kinds of failure that are failed properties, hence kills (see conformance.gate_record):
+# a failed check, or a contract error (a "kv-canary: " refusal) where the call must succeed.
+KILL_KINDS = ("assertion", "refusal")
 _ERROR_TAIL_LINES = 15
 
 
@@ -226,7 +231,7 @@ def classify(
     if record.get("collection_errors"):
         where = ", ".join(e["nodeid"] or "?" for e in record["collection_errors"])
         return ERROR, first, f"collection errors in {where}"
-    errors = [f for f in failures if f["kind"] != ASSERTION]
+    errors = [f for f in failures if f["kind"] not in KILL_KINDS]
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         return ERROR, errors[0]["nodeid"], _show(errors[0]) + more
@@ -464,7 +469,7 @@ def main(
     for result in results:
         if result.outcome == ERROR:
             print(f"\n--- {result.target.module}: exit {result.returncode}: {result.detail}")
-            errors = [f for f in result.failures if f["kind"] != ASSERTION]
+            errors = [f for f in result.failures if f["kind"] not in KILL_KINDS]
             for failure in errors:
                 print(f"  {_show(failure)}")
             if result.tail and not errors:

@@ -7,12 +7,19 @@ writes PATH as JSON: ``{"failures": [{"nodeid", "when", "kind", "types", "messag
 
 - ``assertion``: the test failed a check: ``AssertionError`` or ``pytest.fail`` (``Failed``),
   or a group of such failures (Hypothesis reports several distinct bugs as a group);
+- ``refusal``: the implementation refused the call with one of the contract's own errors (a
+  ``TypeError``, ``ValueError`` or ``IndexError`` whose message starts with ``kv-canary: ``,
+  as SPEC says every refusal does) where the test expected it to succeed, e.g. a valid source
+  refused while a test builds its inputs. The implementation decided this, so it is a broken
+  property of the contract, not a broken module;
 - ``health-check``: Hypothesis refused to run the test (``FailedHealthCheck``, ``Unsatisfiable``);
 - ``flaky``: Hypothesis saw the test fail and then pass on the same example (``Flaky``);
-- ``crash``: any other exception (a ``TypeError`` of a broken module, an ``IndexError``...),
-  and any failure outside the test's call (setup, teardown).
+- ``crash``: any other exception (Python's own ``TypeError`` or ``NameError`` of a broken
+  module, an ``IndexError`` of a bad subscript...), and any failure outside the test's call
+  (setup, teardown).
 
-Only an ``assertion`` failure says the suite caught a bug; the others say nothing about it.
+Only ``assertion`` and ``refusal`` failures say the suite caught a bug; the others say nothing
+about it.
 """
 
 from __future__ import annotations
@@ -25,8 +32,14 @@ import pytest
 if sys.version_info < (3, 11):  # pragma: no cover - the builtin arrived in 3.11
     from exceptiongroup import BaseExceptionGroup
 
-ASSERTION, HEALTH_CHECK, FLAKY, CRASH = "assertion", "health-check", "flaky", "crash"
-KINDS = (ASSERTION, HEALTH_CHECK, FLAKY, CRASH)
+ASSERTION, REFUSAL = "assertion", "refusal"
+HEALTH_CHECK, FLAKY, CRASH = "health-check", "flaky", "crash"
+KINDS = (ASSERTION, REFUSAL, HEALTH_CHECK, FLAKY, CRASH)
+#: the kinds of failure that are failed properties, i.e. kills
+PROPERTY_FAILURES = (ASSERTION, REFUSAL)
+
+_CONTRACT_ERRORS = (TypeError, ValueError, IndexError)
+_CONTRACT_PREFIX = "kv-canary: "
 
 _MESSAGE_CHARS = 300
 
@@ -60,8 +73,14 @@ def failure_kind(error: BaseException) -> str:
         return FLAKY
     if any(isinstance(leaf, refused) for leaf in found):
         return HEALTH_CHECK
-    if all(isinstance(leaf, (AssertionError, pytest.fail.Exception)) for leaf in found):
+    assertions = [isinstance(leaf, (AssertionError, pytest.fail.Exception)) for leaf in found]
+    refusals = [
+        type(leaf) in _CONTRACT_ERRORS and str(leaf).startswith(_CONTRACT_PREFIX) for leaf in found
+    ]
+    if all(assertions):
         return ASSERTION
+    if all(a or r for a, r in zip(assertions, refusals)):
+        return REFUSAL
     return CRASH
 
 

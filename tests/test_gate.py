@@ -80,6 +80,10 @@ OTHER_FAILS = failure("conformance/test_g.py::test_other")
         (0, record(), KILL_TARGET, "passes", None),
         (1, record(OTHER_FAILS, HASH_FAILS), KILL_TARGET, "killed", HASH_FAILS["nodeid"]),
         (1, record(OTHER_FAILS), KILL_TARGET, "misplaced", OTHER_FAILS["nodeid"]),
+        (1, record(failure("conformance/test_g.py::t", "refusal"), HASH_FAILS), KILL_TARGET,
+         "killed", HASH_FAILS["nodeid"]),
+        (1, record(failure("conformance/test_f.py::test_hash", "refusal")), KILL_TARGET,
+         "killed", "conformance/test_f.py::test_hash"),
         (1, record(failure("conformance/test_f.py::test_hash", "crash")), KILL_TARGET, "error",
          "conformance/test_f.py::test_hash"),
         (1, record(HASH_FAILS, failure("conformance/test_g.py::t", "crash")), KILL_TARGET,
@@ -97,7 +101,7 @@ OTHER_FAILS = failure("conformance/test_g.py::test_other")
         (1, record(failure("conformance/test_g.py::t", "crash")), CORRECT_TARGET, "error",
          "conformance/test_g.py::t"),
     ],
-    ids=["pass", "listed kill", "only unlisted", "crash in listed test", "kill and a crash",
+    ids=["pass", "listed kill", "only unlisted", "refusal elsewhere", "refusal in listed test", "crash in listed test", "kill and a crash",
          "health check", "flaky", "exit 1, nothing recorded", "collection error",
          "usage error, no record", "timeout", "correct one fails", "correct one crashes"],
 )  # fmt: skip
@@ -318,7 +322,12 @@ def _fail():
          "assertion"),
         (lambda: TypeError("unsupported operand"), "crash"),
         (lambda: NameError("name 'x' is not defined"), "crash"),
-        (lambda: IndexError("kv-canary: slot 9"), "crash"),
+        (lambda: IndexError("list index out of range"), "crash"),
+        (lambda: IndexError("kv-canary: slot 9 is out of range"), "refusal"),
+        (lambda: TypeError("kv-canary: RealKvSource.page_size must be an int"), "refusal"),
+        (lambda: KeyError("kv-canary: not a contract error type"), "crash"),
+        (lambda: ExceptionGroup("two", [AssertionError("a"), ValueError("kv-canary: b")]),
+         "refusal"),
         (lambda: ExceptionGroup("two bugs", [AssertionError("a"), TypeError("b")]), "crash"),
         (lambda: hypothesis.errors.FailedHealthCheck("filter_too_much"), "health-check"),
         (lambda: hypothesis.errors.Unsatisfiable("no example"), "health-check"),
@@ -326,11 +335,13 @@ def _fail():
         (lambda: hypothesis.errors.Flaky("inconsistent"), "flaky"),
     ],
     ids=["AssertionError", "pytest.fail", "group of assertions", "TypeError", "NameError",
-         "IndexError", "group with a crash", "FailedHealthCheck", "Unsatisfiable", "FlakyFailure",
+         "IndexError", "kv-canary IndexError", "kv-canary TypeError", "kv-canary KeyError",
+         "assertion and refusal", "group with a crash", "FailedHealthCheck", "Unsatisfiable", "FlakyFailure",
          "Flaky"],
 )  # fmt: skip
 def test_failure_kind(make, kind):
-    """Only an assertion (or a group of them) is a kill; crashes, health checks and Flaky are not."""
+    """Only a failed check or a contract refusal (a kv-canary error of the contract's types) is
+    a failed property; Python's own errors, health checks and Flaky are not."""
     assert gate_record.failure_kind(make()) == kind
 
 
@@ -350,6 +361,9 @@ def test_fail():
 
 def test_crash():
     return None + 1
+
+def test_refusal():
+    raise ValueError("kv-canary: RealKvSource.read_bytes must be a positive multiple of 16")
 
 def test_setup_error(broken):
     pass
@@ -387,6 +401,7 @@ def test_recorder_writes_each_failing_test_with_its_kind(tmp_path):
         "test_assertion": "assertion",
         "test_fail": "assertion",
         "test_crash": "crash",
+        "test_refusal": "refusal",
         "test_setup_error": "crash",
         "test_health_check": "health-check",
         "test_flaky": "flaky",
