@@ -161,11 +161,10 @@ def fingerprint(sources, slot_indices, *, mode=RealKvHashMode.ALL) -> torch.Tens
             f"kv-canary: at most {consts.MAX_REAL_KV_SOURCES} RealKvSource entries supported "
             f"by the CUDA ABI, got {len(sources)}"
         )
-    mode = RealKvHashMode(int(mode))
     slots = [int(s) for s in slot_indices.tolist()]
     host_sources = verify_ref.materialize_real_kv_sources(
         real_kv_sources=sources,
-        real_kv_hash_mode=mode,
+        real_kv_hash_mode=mode,  # taken as int(mode) there, as in SGLang's launches
         slot_indices=slots,
         work_device=torch.device("cpu"),
     )
