@@ -16,6 +16,7 @@ from conformance.support import (
     describe_layouts,
     fingerprint_repro,
     materialize_all,
+    mode_name,
     reference_fingerprint,
     reference_sources,
     same_device,
@@ -48,7 +49,7 @@ def run_both(impl, impl_name, device, layouts, slots, mode, shared):
     assert_int64_equal(
         got,
         want,
-        call=f"fingerprint(mode={int(mode)}, {len(sources)} sources)",
+        call=f"fingerprint(mode={mode_name(mode)}, {len(sources)} sources)",
         config=describe_layouts(layouts),
         repro=fingerprint_repro(impl_name, device, layouts, slots, mode, shared=shared),
         labels=[f"slot {s}" for s in slots],
@@ -291,7 +292,7 @@ def test_none_and_no_sources_read_nothing(impl, device, data):
         assert_int64_equal(
             impl.fingerprint([], inside, mode=mode),
             np.zeros(len(slots), dtype=np.int64),
-            call=f"fingerprint([], mode={mode})",
+            call=f"fingerprint([], mode={mode_name(mode)})",
         )
 
 
