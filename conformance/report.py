@@ -46,6 +46,18 @@ def headline(text: str, limit: int = 4) -> list[str]:
     """The first lines of a failure's message: its ``E`` lines if pytest shows a traceback,
     else the message up to the configuration, the snippet or Hypothesis' own notes."""
     lines = text.splitlines()
+    if "ExceptionGroup: " in text:  # Hypothesis found several distinct failures
+        heads, failed, errors = [], [], []
+        for line in lines:
+            bare = line.lstrip(" |+")
+            if "ExceptionGroup: " in bare:
+                heads.append(bare.split("ExceptionGroup: ", 1)[1])
+            elif bare.startswith("Failed: "):  # the suite's own messages, one per failure
+                failed.append("- " + bare.removeprefix("Failed: "))
+            elif re.match(r"[A-Z]\w*(Error|Exception): ", bare):
+                errors.append("- " + bare)
+        if heads:
+            return (heads[:1] + (failed or errors))[:limit]
     errors = [line[1:].strip() for line in lines if line.startswith(("E ", "E\t"))]
     if errors:
         return [line for line in errors if line][:limit]

@@ -319,3 +319,35 @@ def test_snippets_pass_on_canary():
     code = "\n".join(f"exec({textwrap.dedent(make('canary'))!r})" for make, _ in SNIPPETS.values())
     done = run_python(code)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_announcement_headline():
+    """The announced lines are the failure's message: pytest's E lines, a plain message up to its
+    configuration, or one line per failure of a Hypothesis exception group."""
+    from conformance.report import headline
+
+    assert headline("E   AssertionError: x\nE   assert 1 == 2\nother") == [
+        "AssertionError: x",
+        "assert 1 == 2",
+    ]
+    plain = (
+        "after verify:\n  ring row 0 (slot 2): expected_token got 0, want -1\n[world]\nReproduce"
+    )
+    assert headline(plain) == [
+        "after verify:",
+        "  ring row 0 (slot 2): expected_token got 0, want -1",
+    ]
+    group = """  + Exception Group Traceback (most recent call last):
+  |   File "x.py", line 3, in test_x
+  | BaseExceptionGroup: Hypothesis found 2 distinct failures. (2 sub-exceptions)
+  +-+---------------- 1 ----------------
+    | ValueError: kv-canary: wrong
+    | Failed: first message
+    +---------------- 2 ----------------
+    | Failed: second message
+"""
+    assert headline(group) == [
+        "Hypothesis found 2 distinct failures. (2 sub-exceptions)",
+        "- first message",
+        "- second message",
+    ]
