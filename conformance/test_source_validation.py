@@ -194,6 +194,36 @@ CASES = [
         f"{P}.tensor row is 32 bytes wide but page_size=2 x num_bytes_per_token=32 needs 64 "
         "(shape=(2, 32), dtype=torch.uint8)",
     ),
+    # rule 8 at its edges (each found by a surviving mutant, docs/STRENGTH.md)
+    (
+        "no rows, rows not dense",
+        lambda d: torch.as_strided(aligned(d, 256), (0, 4, 16), (64, 1, 4)),
+        {},
+        ValueError,
+        f"{P}.tensor rows must be contiguous, got shape (0, 4, 16) with strides (64, 1, 4)",
+    ),
+    (
+        "a size-1 dim beside a transposed pair",
+        lambda d: torch.as_strided(aligned(d, 256), (2, 1, 4, 16), (128, 64, 1, 4)),
+        {},
+        ValueError,
+        f"{P}.tensor rows must be contiguous, got shape (2, 1, 4, 16) with strides (128, 64, 1, 4)",
+    ),
+    (
+        "a broadcast (stride 0) dim in a row",
+        lambda d: torch.as_strided(aligned(d, 256), (2, 4, 16), (64, 0, 1)),
+        {},
+        ValueError,
+        f"{P}.tensor rows must be contiguous, got shape (2, 4, 16) with strides (64, 0, 1)",
+    ),
+    (
+        "zero-width rows with an odd inner stride: rule 9, not rule 8",
+        lambda d: torch.as_strided(aligned(d, 64), (2, 0), (16, 3)),
+        {},
+        ValueError,
+        f"{P}.tensor row is 0 bytes wide but page_size=2 x num_bytes_per_token=32 needs 64 "
+        "(shape=(2, 0), dtype=torch.uint8)",
+    ),
 ]
 
 
@@ -216,8 +246,18 @@ def test_spec_examples(impl, device, make, overrides, error, message):
         lambda d: aligned(d, 512).view(2, 256)[:, :64],  # row gap: stride(0) > row
         lambda d: aligned(d, 256, offset=16).view(2, 128),  # storage offset
         lambda d: aligned(d, 0).view(0, 64),  # no rows
+        lambda d: torch.as_strided(aligned(d, 256), (2, 1, 64), (128, 7, 1)),  # size-1 dim
+        lambda d: aligned(d, 2048).view(2, 2, 512),  # strides past 256 elements
     ],
-    ids=["plain", "N-D rows", "row gap", "storage offset", "zero rows"],
+    ids=[
+        "plain",
+        "N-D rows",
+        "row gap",
+        "storage offset",
+        "zero rows",
+        "size-1 dim, odd stride",
+        "strides past 256",
+    ],
 )
 def test_valid_examples_are_accepted(impl, device, make):
     """Valid layouts (N-D rows, row gaps, offsets, no rows, numpy ints) construct and keep their fields."""
