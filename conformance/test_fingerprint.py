@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import hypothesis.strategies as st
 import numpy as np
 import pytest
@@ -22,6 +24,25 @@ from conformance.support import (
     same_device,
     slots_tensor,
 )
+
+
+def assert_error_type(caught, expected: type) -> None:
+    """The error ``pytest.raises(Exception)`` caught is exactly SPEC's ``expected`` type: any
+    other one fails the property (with an assertion, not by escaping as a crash)."""
+    __tracebackhide__ = True
+    got = caught.value
+    assert type(got) is expected, (
+        f"raised {type(got).__name__}: {got}, but CONTRACT §4 gives {expected.__name__}"
+    )
+
+
+def refuses_nothing(call, what: str):
+    """``call()``, where SPEC says no launch check applies: raising fails the property."""
+    __tracebackhide__ = True
+    try:
+        return call()
+    except Exception as error:  # any refusal breaks the property
+        fail(f"{what} raised {type(error).__name__}: {error}, but CONTRACT §4 refuses nothing here")
 
 
 def draw_case(data, *, min_sources=0, max_sources=4, modes=None, **layout_kwargs):
@@ -282,7 +303,9 @@ def test_none_and_no_sources_read_nothing(impl, device, data):
     everything = slots_tensor(list(slots) + stray, device)
     zeros = np.zeros(len(slots) + len(stray), dtype=np.int64)
     assert_int64_equal(
-        impl.fingerprint(sources, everything, mode=0),
+        refuses_nothing(
+            lambda: impl.fingerprint(sources, everything, mode=0), "fingerprint(mode=NONE)"
+        ),
         zeros,
         call="fingerprint(mode=NONE)",
         config=describe_layouts(layouts),
@@ -290,7 +313,10 @@ def test_none_and_no_sources_read_nothing(impl, device, data):
     inside = slots_tensor(slots, device)
     for mode in (0, 1, 2):
         assert_int64_equal(
-            impl.fingerprint([], inside, mode=mode),
+            refuses_nothing(
+                lambda mode=mode: impl.fingerprint([], inside, mode=mode),
+                f"fingerprint([], mode={mode})",
+            ),
             np.zeros(len(slots), dtype=np.int64),
             call=f"fingerprint([], mode={mode_name(mode)})",
         )
@@ -461,8 +487,9 @@ def test_launch_checks_source_cap(impl, device):
     for count in (5, 6):
         for mode in (0, 1, 2):
             for slots in ([], [0]):
-                with pytest.raises(ValueError) as caught:
+                with pytest.raises(Exception) as caught:
                     impl.fingerprint([source] * count, slots_tensor(slots, device), mode=mode)
+                assert_error_type(caught, ValueError)
                 assert str(caught.value) == (
                     f"kv-canary: at most 4 RealKvSource entries supported by the CUDA ABI, got {count}"
                 )
@@ -477,8 +504,9 @@ def test_launch_checks_source_cap_comes_first(impl, device):
         for t in (here, here, elsewhere, here, here)
     ]
     for slots in ([], [0, 99]):
-        with pytest.raises(ValueError) as caught:
+        with pytest.raises(Exception) as caught:
             impl.fingerprint(sources, slots_tensor(slots, device), mode=2)
+        assert_error_type(caught, ValueError)
         assert str(caught.value) == (
             "kv-canary: at most 4 RealKvSource entries supported by the CUDA ABI, got 5"
         )
@@ -492,12 +520,20 @@ def test_launch_checks_device(impl, device):
         impl.RealKvSource(tensor=t, page_size=2, num_bytes_per_token=32, read_bytes=32)
         for t in (here, elsewhere)
     ]
+    here_name = str(torch.device(device))
     for slots in ([], [0, 1]):
-        with pytest.raises(ValueError) as caught:
+        with pytest.raises(Exception) as caught:
             impl.fingerprint(sources, slots_tensor(slots, device), mode=2)
+        assert_error_type(caught, ValueError)
         message = str(caught.value)
-        names_source = "real_kv_sources[1]" in message or "source 1" in message
-        assert names_source and "meta" in message and str(torch.device(device).type) in message
+        assert re.search(r"(real_kv_sources\[1\]|\bsource 1)(?!\d)", message), (
+            f"{message!r} does not name source 1"
+        )
+        # whole device names: "cpu" must not be found inside another word
+        for name in ("meta", here_name):
+            assert re.search(rf"(?<![\w:]){re.escape(name)}(?![\w:])", message), (
+                f"{message!r} does not name device {name!r}"
+            )
 
 
 @examples(0.5)
@@ -519,11 +555,15 @@ def test_launch_checks_slot_range(impl, device, data):
     first = next(i for i, c in enumerate(capacities) if not 0 <= bad < c)
     mode = data.draw(st.sampled_from([1, 2]), label="mode")
     sources = [st_kv.materialize(layout, device).build(impl) for layout in layouts]
-    with pytest.raises(IndexError) as caught:
+    with pytest.raises(Exception) as caught:
         impl.fingerprint(sources, slots_tensor([bad], device), mode=mode)
+    assert_error_type(caught, IndexError)
     message = str(caught.value)
+    # whole numbers: slot 4 must not be found inside "40", nor capacity 8 inside "-8"
     for what in (str(bad), str(capacities[first])):
-        assert what in message, f"IndexError {message!r} does not name {what}"
-    assert f"real_kv_sources[{first}]" in message or f"source {first}" in message, (
+        assert re.search(rf"(?<![\w-]){re.escape(what)}(?!\d)", message), (
+            f"IndexError {message!r} does not name {what}"
+        )
+    assert re.search(rf"(real_kv_sources\[{first}\]|\bsource {first})(?!\d)", message), (
         f"IndexError {message!r} does not name source {first}"
     )
