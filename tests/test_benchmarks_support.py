@@ -312,7 +312,7 @@ class _FakeConfig:
         ("cuda", "gw5", "cuda:1", True),  # 5 % 4 GPUs
         (None, "gw2", "cuda:2", True),
         ("cuda:3", "gw1", "cuda:3", False),  # an explicit index is kept
-        ("cuda", None, "cuda", False),  # not a worker
+        ("cuda", None, "cuda:0", False),  # not a worker: the current device, by its index
         ("cpu", "gw1", "cpu", False),
     ],
 )
@@ -327,6 +327,7 @@ def test_xdist_workers_take_one_gpu_each(
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     monkeypatch.setattr(torch.cuda, "set_device", current.append)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     device = plugin._device(_FakeConfig(canary_device, worker))
     assert device == torch.device(expected)
     assert current == ([torch.device(expected)] if made_current else [])
