@@ -148,6 +148,33 @@ ONE_BROKEN_RULE = [
         ValueError,
         f"{P}.tensor data pointer must be 16-byte aligned, got data_ptr % 16 == 8",
     ),
+    (  # the largest misalignment (a check modulo 15 would pass it)
+        dict(data_ptr_mod16=15),
+        ValueError,
+        f"{P}.tensor data pointer must be 16-byte aligned, got data_ptr % 16 == 15",
+    ),
+    # Rule 8 at its edges (each left alive by a cosmic-ray mutant, docs/STRENGTH.md).
+    (
+        dict(shape=(0, 4, 16), strides=(64, 1, 4)),
+        ValueError,
+        f"{P}.tensor rows must be contiguous, got shape (0, 4, 16) with strides (64, 1, 4)",
+    ),
+    (
+        dict(shape=(2, 1, 4, 16), strides=(64, 64, 1, 4)),
+        ValueError,
+        f"{P}.tensor rows must be contiguous, got shape (2, 1, 4, 16) with strides (64, 64, 1, 4)",
+    ),
+    (
+        dict(shape=(2, 4, 16), strides=(64, 0, 1)),
+        ValueError,
+        f"{P}.tensor rows must be contiguous, got shape (2, 4, 16) with strides (64, 0, 1)",
+    ),
+    (  # an empty row is dense whatever its strides: rule 9 refuses it
+        dict(shape=(2, 0), strides=(8, 3)),
+        ValueError,
+        f"{P}.tensor row is 0 bytes wide but page_size=2 x num_bytes_per_token=64 needs 128 "
+        "(shape=(2, 0), dtype=torch.float16)",
+    ),
 ]
 
 
