@@ -60,6 +60,31 @@ def draw_case(data, *, min_sources=0, max_sources=4, modes=None, **layout_kwargs
     return case.layouts, list(case.slots), case.mode, case.shared
 
 
+def reading_cases(**layout_kwargs) -> st.SearchStrategy[st_kv.FingerprintCase]:
+    """``fingerprint`` calls where a wrong hash can show: at least one source, at least one
+    slot, and a mode that reads (PARTIAL or ALL). Mode NONE and empty calls have a property of
+    their own (``test_none_and_no_sources_read_nothing``); drawn here, 69 of 100 draws of the
+    main property had nothing to get wrong."""
+
+    @st.composite
+    def build(draw) -> st_kv.FingerprintCase:
+        layouts = draw(st_kv.source_tuples(min_sources=1, max_sources=4, **layout_kwargs))
+        capacity = min(layout.capacity for layout in layouts)  # >= 1 for every drawn source
+        slots = draw(
+            st_kv.slot_indices(
+                capacity,
+                min_size=1,
+                max_size=profiles.max_slots(),
+                page_size=layouts[0].page_size,
+            )
+        )
+        mode = draw(st.sampled_from([1, 2]))
+        shared = draw(st.booleans())
+        return st_kv.FingerprintCase(tuple(layouts), tuple(slots), mode, shared)
+
+    return build()
+
+
 def run_both(impl, impl_name, device, layouts, slots, mode, shared):
     """Run the implementation and the reference on one case; compare bit for bit."""
     __tracebackhide__ = True
@@ -158,18 +183,14 @@ LAST_READ_BYTE = st_kv.FingerprintCase(  # ALL must read up to read_bytes, not n
 
 
 @examples(1.0)
-@given(
-    case=st_kv.fingerprint_cases(
-        fills=st_kv.FILLS, max_slots=profiles.max_slots(), **profiles.layout_sizes()
-    )
-)
+@given(case=reading_cases(fills=st_kv.FILLS, **profiles.layout_sizes()))
 @example(case=PAGE_MAPPING)
 @example(case=ROW_STRIDE_NOT_SHAPE)
 @example(case=FOUR_SOURCES_IN_ORDER)
 @example(case=PARTIAL_IS_16_BYTES)
 @example(case=LAST_READ_BYTE)
 def test_fingerprint_equals_reference(impl, impl_name, device, case):
-    """fingerprint equals the reference bit for bit on every generated layout, slot set and mode."""
+    """fingerprint equals the reference bit for bit on every generated layout, slot set and reading mode."""
     # steer long runs towards many slots over many sources: more ways to misaddress
     target(float(len(case.slots) * max(len(case.layouts), 1)), label="slots x sources")
     run_both(impl, impl_name, device, case.layouts, case.slots, case.mode, case.shared)
