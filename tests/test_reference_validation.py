@@ -260,6 +260,8 @@ VALID_VARIANTS = [
     # A size-1 dim may carry any stride.
     dict(shape=(4, 1, 64), strides=(64, 999, 1)),
     dict(shape=(4, 64, 1), strides=(64, 1, 7)),
+    # Strides past 256 elements (ints that are not cached objects: compared by value).
+    dict(shape=(2, 2, 512), strides=(1024, 512, 1)),
     # Another dtype seeing the same bytes.
     dict(shape=(4, 128), strides=(128, 1), element_size=1, dtype_str="torch.uint8"),
     dict(data_ptr_mod16=0, page_size=1, num_bytes_per_token=128, read_bytes=128),
