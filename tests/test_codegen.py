@@ -3,8 +3,9 @@ own output (Triton IR, PTX for sm_90, AMDGCN for gfx942), for every variant the 
 
 - The fold reads source bytes with 16-byte vector loads (PTX ``ld.global.v2.b64``/``.v4``,
   AMDGCN ``global_load_dwordx4``), never byte loads, and nothing spills.
-- Addresses are 64-bit all the way: no value is truncated to 32 bits in the Triton IR, and
-  every integer turned into a pointer is an i64 (a source past 2**32 bytes stays correct).
+- Addresses are 64-bit all the way: no value is truncated to 32 bits in the Triton IR, every
+  integer turned into a pointer is an i64, and the PTX has no 32-bit multiply (a source past
+  2**32 bytes stays correct).
 - The division by ``page_size`` happens once per slot and source: no 64-bit division or
   remainder inside a loop of the PTX.
 
@@ -82,6 +83,13 @@ def address_problems(ttir: str) -> list[str]:
     return problems
 
 
+def ptx_multiply_problems(ptx: str) -> list[str]:
+    """32-bit multiplies in PTX: every product in these kernels (row * stride, slot * stride,
+    the hash's own) is 64-bit, so a 32-bit one is an address or a hash computed too narrow."""
+    narrow = re.findall(r"\b(?:mul|mad)\.lo\.[su]32\b", ptx)
+    return [f"{len(narrow)} 32-bit multiply(ies)"] if narrow else []
+
+
 def loop_bodies(ptx: str) -> list[list[str]]:
     """The lines of each PTX loop: from a label to a later branch back to it."""
     lines = ptx.splitlines()
@@ -135,6 +143,8 @@ def test_addresses_are_64_bit(compiled):
     leg, results = compiled
     for item in results:
         problems = address_problems(item.asm["ttir"])
+        if "ptx" in item.asm:
+            problems += ptx_multiply_problems(item.asm["ptx"])
         assert not problems, f"{leg} {item.kernel} {item.specialization}: {problems}"
 
 
@@ -184,6 +194,7 @@ def test_address_check_fails_on_int32_row_offsets(tmp_path):
     """The address check fails on a fold whose row offset wraps to int32."""
     variants = compile_mutant("known_bad.addr_int32_row_offset", "sm90", tmp_path)
     assert variants and all(address_problems(item["text"]["ttir"]) for item in variants)
+    assert all(ptx_multiply_problems(item["text"]["ptx"]) for item in variants)
 
 
 def test_division_check_fails_on_division_per_word(tmp_path):
