@@ -1,13 +1,14 @@
-"""The types and argument rules of ``canary.torch_backend``, written from SPEC.md alone.
+"""The types and argument rules of ``canary.torch_backend``, written from the contract
+(docs/CONTRACT.md) alone.
 
 Nothing here comes from the Triton implementation: the constants and enums are declared
-again (SPEC §1), ``RealKvSource`` validates its own way (SPEC §3), and the launch checks of
-``fingerprint`` (SPEC §4) and of write and verify (SPEC §6, §8) are this module's own code.
-So the conformance suite checks two independent implementations of those rules, and a bug
-in one of them is not hidden by sharing it with the other.
+again (CONTRACT §1), ``RealKvSource`` validates its own way (CONTRACT §3), and the launch
+checks of ``fingerprint`` (CONTRACT §4) and of write and verify (CONTRACT §6, §8) are this
+module's own code. So the conformance suite checks two independent implementations of those
+rules, and a bug in one of them is not hidden by sharing it with the other.
 
-Error types and the messages SPEC gives are SPEC's, character for character; where SPEC only
-says what a message names, the wording here is this module's.
+Error types and the messages the contract gives are its own, character for character; where
+it only says what a message names, the wording here is this module's.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-# --- SPEC §1 ---------------------------------------------------------------------------
+# --- CONTRACT §1 ---------------------------------------------------------------------------
 
 CANARY_CHAIN_ANCHOR = 0xC0FFEE1234567890
 TOKEN_TO_KV_SLOT_PADDING = 0
@@ -31,7 +32,7 @@ MAX_REAL_KV_SOURCES = 4
 
 FIELD_TOKEN, FIELD_POSITION, FIELD_PREV_HASH, FIELD_REAL_KV_HASH = range(4)
 
-PARTIAL_WINDOW_BYTES = 16  # SPEC §3: PARTIAL reads the first 16 bytes of a slot
+PARTIAL_WINDOW_BYTES = 16  # CONTRACT §3: PARTIAL reads the first 16 bytes of a slot
 
 
 class RealKvHashMode(IntEnum):
@@ -64,7 +65,7 @@ class CanaryLaunchTag(IntEnum):
     SWEEP_V_SWA = 11
 
 
-# --- SPEC §3: RealKvSource ---------------------------------------------------------------
+# --- CONTRACT §3: RealKvSource ---------------------------------------------------------------
 
 _SOURCE = "kv-canary: RealKvSource"
 _INT_FIELDS = ("page_size", "num_bytes_per_token", "read_bytes")
@@ -92,7 +93,7 @@ def _dense_rows(shape: Sequence[int], strides: Sequence[int]) -> bool:
 
 
 def validate_source(tensor, page_size, num_bytes_per_token, read_bytes) -> None:
-    """Raise the error of the first SPEC §3 rule the arguments break, if any."""
+    """Raise the error of the first CONTRACT §3 rule the arguments break, if any."""
     if not isinstance(tensor, torch.Tensor):  # rule 1
         raise TypeError(f"{_SOURCE}.tensor must be a torch.Tensor, got {type(tensor).__name__}")
     values = dict(zip(_INT_FIELDS, (page_size, num_bytes_per_token, read_bytes)))
@@ -147,7 +148,7 @@ def validate_source(tensor, page_size, num_bytes_per_token, read_bytes) -> None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RealKvSource:
-    """A tensor whose rows hold the real KV bytes of ``page_size`` slots each (SPEC §3).
+    """A tensor whose rows hold the real KV bytes of ``page_size`` slots each (CONTRACT §3).
 
     Slot ``s`` lives in row ``s // page_size`` at byte ``(s % page_size) *
     num_bytes_per_token`` of the row; rows are ``stride(0)`` apart. The tensor is kept, not
@@ -172,7 +173,7 @@ class RealKvSource:
         return int(self.tensor.stride(0)) * self.tensor.element_size()
 
 
-# --- SPEC §5: context and plans ----------------------------------------------------------
+# --- CONTRACT §5: context and plans ----------------------------------------------------------
 
 
 def _positive_capacity(name: str, value: object) -> int:
@@ -185,7 +186,7 @@ def _positive_capacity(name: str, value: object) -> int:
 
 @dataclass(frozen=True, kw_only=True)
 class VerifyOrWriteContext:
-    """What a write or verify launch reads and updates besides its plan (SPEC §5)."""
+    """What a write or verify launch reads and updates besides its plan (CONTRACT §5)."""
 
     canary_buf: torch.Tensor
     kernel_kind: CanaryLaunchTag
@@ -200,7 +201,7 @@ class VerifyOrWriteContext:
 
 @dataclass(frozen=True, kw_only=True)
 class VerifyPlan:
-    """The entries one verify launch checks (SPEC §5)."""
+    """The entries one verify launch checks (CONTRACT §5)."""
 
     verify_slot_indices: torch.Tensor
     verify_expected_tokens: torch.Tensor
@@ -229,7 +230,7 @@ class VerifyPlan:
 
 @dataclass(frozen=True, kw_only=True)
 class WritePlan:
-    """The requests one write launch writes (SPEC §5)."""
+    """The requests one write launch writes (CONTRACT §5)."""
 
     write_offsets: torch.Tensor
     write_seed_slot_indices: torch.Tensor
@@ -246,11 +247,11 @@ class WritePlan:
         )
 
 
-# --- SPEC §4: fingerprint's launch checks ------------------------------------------------
+# --- CONTRACT §4: fingerprint's launch checks ------------------------------------------------
 
 
 def refuse_too_many_sources(sources: Sequence) -> None:
-    """SPEC §4's first launch check."""
+    """CONTRACT §4's first launch check."""
     if len(sources) > MAX_REAL_KV_SOURCES:
         raise ValueError(
             f"kv-canary: at most {MAX_REAL_KV_SOURCES} RealKvSource entries supported by the "
@@ -334,7 +335,7 @@ class FingerprintArgs(NamedTuple):
 
 
 def fingerprint_args(sources, slot_indices, mode) -> FingerprintArgs:
-    """SPEC §4's launch checks in its order (source cap first), and the checked arguments."""
+    """CONTRACT §4's launch checks in its order (source cap first), and the checked arguments."""
     sources = sequence_of_sources(sources, "sources", "a list or tuple of RealKvSource")
     refuse_too_many_sources(sources)
     mode = hash_mode(mode)
@@ -360,11 +361,11 @@ def fingerprint_args(sources, slot_indices, mode) -> FingerprintArgs:
     return FingerprintArgs(sources, slots, mode)
 
 
-# --- SPEC §6, §8: write and verify launch checks -------------------------------------------
+# --- CONTRACT §6, §8: write and verify launch checks -------------------------------------------
 
 _LONG = (torch.int64,)
 _INT = (torch.int32,)
-_TOKENS = (torch.int32, torch.int64)  # SPEC §10: token arrays may be either
+_TOKENS = (torch.int32, torch.int64)  # CONTRACT §10: token arrays may be either
 
 
 def _tensor(name: str, value, dtypes, shape, device) -> torch.Tensor:
@@ -466,7 +467,7 @@ class VerifyLaunch(NamedTuple):
 
 
 def verify_launch(context, plan, check_verify_expected_token: bool = False) -> VerifyLaunch:
-    """Every SPEC §8 rule of a verify launch; raises for the first one broken."""
+    """Every CONTRACT §8 rule of a verify launch; raises for the first one broken."""
     ctx = _context(context)
     launch_flag("check_verify_expected_token", check_verify_expected_token)
     if not isinstance(plan, VerifyPlan):
@@ -480,7 +481,7 @@ def verify_launch(context, plan, check_verify_expected_token: bool = False) -> V
     _tensor("plan.verify_num_valid", plan.verify_num_valid, _INT, (1,), ctx.device)
     _tensor("plan.enable", plan.enable, _INT, (1,), ctx.device)
     if int(plan.enable.item()) == 0:
-        # SPEC §8: a disabled plan's entries may be unwritten, so they are not looked at.
+        # CONTRACT §8: a disabled plan's entries may be unwritten, so they are not looked at.
         return VerifyLaunch(ctx, False, 0)
     active = min(max(int(plan.verify_num_valid.item()), 0), cap)
     host_slots = slots[:active].cpu()
@@ -510,9 +511,9 @@ def write_launch(
     expected_input_tokens,
     expected_input_positions,
 ) -> WriteLaunch:
-    """Every SPEC §6/§8 rule of a write launch; raises for the first one broken."""
+    """Every CONTRACT §6/§8 rule of a write launch; raises for the first one broken."""
     if isinstance(context, VerifyOrWriteContext):
-        refuse_too_many_sources(_context_sources(context))  # SPEC §4: the cap comes first
+        refuse_too_many_sources(_context_sources(context))  # CONTRACT §4: the cap comes first
     launch_flag("enable_write_input_assert", enable_write_input_assert)
     expected = {
         "expected_input_tokens": expected_input_tokens,

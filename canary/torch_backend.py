@@ -1,10 +1,11 @@
-"""The KV canary in plain torch: a second, independent implementation of SPEC.md.
+"""The KV canary in plain torch: a second, independent implementation of the contract
+(docs/CONTRACT.md).
 
-It serves devices Triton has no backend for and is the fast path on the CPU, where ``canary`` runs its
-kernels in Triton's interpreter. It shares no code with ``canary``: its constants, enums,
-``RealKvSource`` and its validation, plans and launch checks are its own
-(``canary._torch_contract``, written from SPEC.md), and it hashes, addresses, chains and
-reports with its own torch code (``canary._torch_ops``); nothing here launches a Triton
+It serves devices Triton has no backend for and is the fast path on the CPU, where ``canary``
+runs its kernels in Triton's interpreter. It shares no code with ``canary``: its constants,
+enums, ``RealKvSource`` and its validation, plans and launch checks are its own
+(``canary._torch_contract``, written from docs/CONTRACT.md), and it hashes, addresses, chains
+and reports with its own torch code (``canary._torch_ops``); nothing here launches a Triton
 kernel. It lives in the ``canary`` package only for its name, so importing it still imports
 ``canary`` (and Triton).
 
@@ -77,7 +78,7 @@ def fingerprint(
     *,
     mode: RealKvHashMode | int = RealKvHashMode.ALL,
 ) -> torch.Tensor:
-    """The real-KV hash of each slot in ``slot_indices``, as int64 on its device (SPEC §4).
+    """The real-KV hash of each slot in ``slot_indices``, as int64 on its device (CONTRACT §4).
 
     Each source's window is gathered for all slots at once and folded word by word, all
     slots in parallel. Mode NONE, or no sources, gives zeros and reads nothing.
@@ -107,7 +108,7 @@ def _violation_rows(kind: int, *columns: torch.Tensor) -> torch.Tensor:
 def launch_canary_verify_kernel(
     *, context: VerifyOrWriteContext, plan: VerifyPlan, check_verify_expected_token: bool
 ) -> None:
-    """Verify the canary records named by ``plan``; violations go to the context's ring (SPEC §7).
+    """Verify the canary records named by ``plan``; violations go to the context's ring (CONTRACT §7).
 
     All entries are checked at once; rows reach the ring in plan order.
     """
@@ -177,7 +178,7 @@ def launch_canary_write_kernel(
     expected_input_tokens: torch.Tensor | None,
     expected_input_positions: torch.Tensor | None,
 ) -> None:
-    """Write the canary records of ``plan``'s requests, continuing each chain (SPEC §6).
+    """Write the canary records of ``plan``'s requests, continuing each chain (CONTRACT §6).
 
     Each request's chain is sequential, so the chain is walked one entry index at a time,
     every request at once (one step per entry of the longest request); fingerprints, asserts

@@ -116,7 +116,7 @@ FAST_FIRST = (
 )
 
 
-# Modules of stored vectors (golden and SPEC §2): --properties-only leaves them out, to
+# Modules of stored vectors (golden and CONTRACT §2): --properties-only leaves them out, to
 # measure what the properties alone catch.
 VECTOR_MODULES = ("test_golden.py", "test_spec_vectors.py")
 
@@ -406,7 +406,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--properties-only",
         action="store_true",
-        help="leave out the stored vectors (golden, SPEC §2): what do the properties alone kill?",
+        help="leave out the stored vectors (golden, CONTRACT §2): what do the properties alone kill?",
     )
     parser.add_argument(
         "--whole-suite",

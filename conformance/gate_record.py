@@ -9,7 +9,7 @@ writes PATH as JSON: ``{"failures": [{"nodeid", "when", "kind", "types", "messag
   or a group of such failures (Hypothesis reports several distinct bugs as a group);
 - ``refusal``: the implementation refused the call with one of the contract's own errors (a
   ``TypeError``, ``ValueError`` or ``IndexError`` whose message starts with ``kv-canary: ``,
-  as SPEC says every refusal does) where the test expected it to succeed, e.g. a valid source
+  as the contract (§11) says every refusal does) where the test expected it to succeed, e.g. a valid source
   refused while a test builds its inputs. The implementation decided this, so it is a broken
   property of the contract, not a broken module;
 - ``health-check``: Hypothesis refused to run the test (``FailedHealthCheck``, ``Unsatisfiable``);

@@ -128,7 +128,7 @@ def min_capacity(sources) -> int:
 
 
 def test_pinned_hash_values():
-    """The torch hash primitives reproduce SPEC §2's pinned values."""
+    """The torch hash primitives reproduce CONTRACT §2's pinned values."""
     inputs = [1, 0x9E3779B97F4A7C15, 0xFFFFFFFFFFFFFFFF, 0x8000000000000000, 0xC0FFEE1234567890]
     outputs = [
         0x5692161D100B05E5,
@@ -214,7 +214,7 @@ def named(message: str, words) -> bool:
     return all(re.search(rf"(?<![\w.-]){re.escape(w)}(?![\w])", message) for w in words)
 
 
-# case: (exception type, the exact message where SPEC gives one, else the words it must name)
+# case: (exception type, the exact message where the contract gives one, else the words it must name)
 FINGERPRINT_ERRORS = {
     "five_sources": (
         ValueError,
@@ -230,8 +230,8 @@ FINGERPRINT_ERRORS = {
 
 @pytest.mark.parametrize("case", list(FINGERPRINT_ERRORS))
 def test_fingerprint_errors_agree_with_canary(case):
-    """Every launch-time check raises SPEC §4's exception type in both implementations, with
-    SPEC's exact message where it gives one, else naming what SPEC says it names."""
+    """Every launch-time check raises CONTRACT §4's exception type in both implementations, with
+    the contract's exact message where it gives one, else naming what the contract says it names."""
     plain = make_sources(["plain"])[0]
     sources, slots, mode = [plain], torch.tensor([1, 2]), canary.RealKvHashMode.ALL
     if case == "five_sources":
@@ -514,7 +514,7 @@ EXPECTED_NONE = (
 
 def test_launch_errors_agree_with_canary():
     """Argument errors of write and verify raise the same exception type in both implementations,
-    SPEC's exact message where it gives one, else naming the field and the values, and change
+    the contract's exact message where it gives one, else naming the field and the values, and change
     no state."""
     trios = {
         impl: Trio(
@@ -736,7 +736,7 @@ def imports_of(path: Path) -> list[str]:
 @pytest.mark.parametrize("name", TORCH_BACKEND_MODULES)
 def test_torch_backend_imports_nothing_of_canary(name):
     """torch_backend's modules import only each other from canary: its validation, launch checks
-    and types are its own, so SPEC §3, §4 and §8 are implemented twice."""
+    and types are its own, so CONTRACT §3, §4 and §8 are implemented twice."""
     own_modules = {"." + n.removesuffix(".py") for n in TORCH_BACKEND_MODULES}
     for module in imports_of(CANARY_DIR / name):
         if module.startswith("."):
