@@ -3,6 +3,6 @@ other"); only negative slots are skipped."""
 
 from known_bad._mutate import export, patch_kernels
 
-patch_kernels(("            if slot >= 0:\n", "            if slot > 0:\n"))
+patch_kernels(("            writing = slot >= 0", "            writing = slot > 0"))
 
 export(globals())

@@ -6,13 +6,13 @@ from known_bad._mutate import export, patch_kernels
 patch_kernels(
     (
         "    if pid == 0:\n"
-        "        tl.atomic_add(kernel_run_counter_ptr, 1)\n"
+        '        tl.atomic_add(kernel_run_counter_ptr, 1, sem="relaxed")\n'
         "        if enabled:\n"
-        "            tl.atomic_add(slot_run_counter_ptr, active)\n",
+        '            tl.atomic_add(slot_run_counter_ptr, active, sem="relaxed")\n',
         "    if pid == 0:\n"
         "        if enabled:\n"
-        "            tl.atomic_add(kernel_run_counter_ptr, 1)\n"
-        "            tl.atomic_add(slot_run_counter_ptr, active)\n",
+        '            tl.atomic_add(kernel_run_counter_ptr, 1, sem="relaxed")\n'
+        '            tl.atomic_add(slot_run_counter_ptr, active, sem="relaxed")\n',
     )
 )
 

@@ -5,8 +5,8 @@ from known_bad._mutate import export, patch_kernels
 
 patch_kernels(
     (
-        "    if req == 0:\n        tl.atomic_add(kernel_run_counter_ptr, 1)\n",
-        "    tl.atomic_add(kernel_run_counter_ptr, 1)\n",
+        '    if req == 0:\n        tl.atomic_add(kernel_run_counter_ptr, 1, sem="relaxed")\n',
+        '    tl.atomic_add(kernel_run_counter_ptr, 1, sem="relaxed")\n',
     )
 )
 

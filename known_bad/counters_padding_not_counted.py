@@ -4,7 +4,10 @@ breaks SPEC §7 (``slot_run_counter += active``, padding entries included)."""
 from known_bad._mutate import export, patch_kernels
 
 patch_kernels(
-    ("            tl.atomic_add(slot_run_counter_ptr, active)\n", "            pass\n"),
+    (
+        '            tl.atomic_add(slot_run_counter_ptr, active, sem="relaxed")\n',
+        "            pass\n",
+    ),
     (
         "    fields = buf_ptr + slots * slot_stride_words\n",
         "    tl.atomic_add(slot_run_counter_ptr + slots * 0, 1, mask=live)\n"
