@@ -84,17 +84,6 @@ COMMAND = "python -m conformance.golden"
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _U64_MASK = 2**64 - 1
 _MODE_NAMES = ("none", "partial", "all")
-_FIELD_NAMES = ("token", "position", "prev_hash", "real_kv_hash")
-_RING_COLUMNS = (
-    "kernel_kind",
-    "slot",
-    "position",
-    "stored_token",
-    "expected_token",
-    "stored_chain_hash",
-    "expected_aux",
-    "fail_reason_bits",
-)
 
 
 def hex64(value: int) -> str:
@@ -318,7 +307,7 @@ def differences(got: dict, want: dict, scenario: dict, *, limit: int = 12) -> li
     field by name (``slot 3: prev_hash got 0x..., want 0x...``, ``ring row 0 (slot 7):
     expected_token got 0, want -1``), launch tags and violation bits by name, every line
     under 100 columns."""
-    from .assertions import field_differences, ring_row_differences
+    from .assertions import RECORD_FIELDS, field_differences, ring_row_differences
 
     problems = []
     ops = [next(iter(step)) for step in scenario["steps"]]
@@ -333,7 +322,7 @@ def differences(got: dict, want: dict, scenario: dict, *, limit: int = 12) -> li
     for slot, (g, w) in enumerate(zip(got["records"], want["records"], strict=True)):
         g_values = [from_hex64(v) for v in g]
         w_values = [from_hex64(v) for v in w]
-        for line in field_differences(_FIELD_NAMES, g_values, w_values):
+        for line in field_differences(RECORD_FIELDS, g_values, w_values):
             problems.append(f"slot {slot}: {line}")
     got_rows = [[from_hex64(v) for v in row] for row in got["ring_rows"]]
     want_rows = [[from_hex64(v) for v in row] for row in want["ring_rows"]]
