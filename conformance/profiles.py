@@ -42,7 +42,11 @@ settings.register_profile(
     print_blob=True,
     **_COMMON,
 )
-settings.register_profile("nightly", max_examples=2000, deadline=None, **_COMMON)
+# Every phase, explain included, named here: a profile that names none inherits the loaded
+# one's, and with CI set Hypothesis loads its ``ci`` profile (ours above) at import.
+settings.register_profile(
+    "nightly", max_examples=2000, deadline=None, phases=tuple(Phase), **_COMMON
+)
 # ``ci`` without shrinking: the same examples (derandomized, same counts), but a failure is
 # reported as first found. The known-bad gate and the cosmic-ray runs (``mutation/``) only
 # need to know whether, and how, a run fails.
