@@ -127,8 +127,9 @@ def driver_version() -> str | None:
 def benchmark_device(config: pytest.Config | None = None):
     """The GPU the benchmarks run on, or ``None`` when the run has no GPU.
 
-    The conformance suite's choice is honoured (``--canary-device`` / ``CANARY_DEVICE``; a
-    CPU device means no GPU benchmarks); otherwise the current CUDA/ROCm device, if any.
+    The conformance suite's choice is honoured (``CANARY_DEVICE``, or ``--canary-device`` in a
+    run that also loads the suite's plugin; a CPU device means no GPU benchmarks); otherwise
+    the current CUDA/ROCm device, if any.
     It is read here rather than taken from the suite's plugin because the storage has to be
     chosen before that plugin has configured itself.
     """

@@ -1,4 +1,5 @@
-"""pytest plugin of the conformance suite (registered through the ``pytest11`` entry point).
+"""pytest plugin of the conformance suite, loaded by ``conformance/conftest.py`` for runs of the
+suite only (elsewhere: ``pytest -p conformance.plugin``).
 
 It chooses the implementation under test (``--canary-impl`` / ``CANARY_IMPL``, default
 ``canary``: a dotted module name, a ``.py`` file or a package directory) and the device

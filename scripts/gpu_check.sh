@@ -14,9 +14,9 @@
 #
 # The host needs torch, Triton, Hypothesis, pytest and pytest-benchmark already installed
 # (it may have no network): nothing is installed; its Python runs from the repository root
-# with PYTHONPATH at the root, and the conformance plugin is loaded with -p when no
-# installed entry point provides it. Results and full logs go to the folder given as the
-# first argument (default: gpu_check_results/ in the repository, which git ignores). Every
+# with PYTHONPATH at the root (the suite's conftest.py loads its plugin). Results and full
+# logs go to the folder given as the first argument (default: gpu_check_results/ in the
+# repository, which git ignores). Every
 # stage has its own time limit and a failing stage does not stop the next; the exit status
 # is the number of failed stages (0: all passed).
 #
@@ -39,17 +39,6 @@ kill_after=10
 tail_lines=25
 failures=0
 summary=()
-
-# Where the project is not pip-installed, no entry point loads the suite's plugin: load it
-# by hand, through PYTEST_ADDOPTS so that pytest runs started by the tests get it too.
-if ! "$py" - <<'EOF'
-import importlib.metadata as metadata, sys
-entry_points = metadata.entry_points(group="pytest11")
-sys.exit(0 if any(ep.value == "conformance.plugin" for ep in entry_points) else 1)
-EOF
-then
-    export PYTEST_ADDOPTS="${PYTEST_ADDOPTS:+$PYTEST_ADDOPTS }-p conformance.plugin"
-fi
 
 # run_stage NAME LIMIT_S COMMAND...: run with a time limit (SIGINT first, so pytest still
 # writes its reports), full output to $results/NAME.log, its tail to the terminal.

@@ -29,6 +29,7 @@ def run_suite(tmp_path, expectations: str | None, *args: str, sample: str = SAMP
     """Run pytest with the suite's plugin on a sample file; returns (exit code, output)."""
     (tmp_path / "test_sample.py").write_text(textwrap.dedent(sample))
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rfxX"]
+    command += ["-p", "conformance.plugin"]  # the sample lies outside conformance/
     command += ["--canary-impl", "canary", "--canary-device", "cpu", "test_sample.py", *args]
     if expectations is not None:
         (tmp_path / "expect.txt").write_text(textwrap.dedent(expectations))

@@ -392,7 +392,8 @@ def test_recorder_writes_each_failing_test_with_its_kind(tmp_path):
     out = tmp_path / "record.json"
     completed = subprocess.run(
         [sys.executable, "-m", "pytest", "test_recorded.py", "-q", "-p", "no:cacheprovider",
-         "-p", "conformance.gate_record", "--gate-record", str(out), "--canary-device", "cpu"],
+         "-p", "conformance.plugin", "-p", "conformance.gate_record", "--gate-record", str(out),
+         "--canary-device", "cpu"],
         cwd=tmp_path, env=gate.child_environment(), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert completed.returncode == 1, completed.stdout + completed.stderr
