@@ -1,7 +1,12 @@
 """Hypothesis strategies for the KV canary, usable like ``hypothesis.extra.numpy``.
 
-Configurations are drawn as plain frozen dataclasses; :mod:`strategies.materialize` is the
-one place that turns them into torch tensors on a device and numpy rows for the reference.
+Configurations are drawn as plain frozen dataclasses by modules that import no torch
+(:mod:`strategies.layouts`, :mod:`strategies.chains`, :mod:`strategies.invalid`);
+:mod:`strategies.materialize` is the one module that imports torch and turns them into
+tensors on a device and numpy rows for the reference. The modules import one another in
+one direction only: ``layouts`` <- ``chains`` <- ``materialize``, and ``invalid`` uses
+``materialize`` only where it draws (``tests/test_imports.py`` checks both). This package
+re-exports all of them, so ``import strategies`` itself loads torch.
 
 - :func:`source_layouts`, :func:`source_tuples`: valid RealKvSource layouts (SPEC §3).
 - :func:`slot_indices`, :func:`modes`: what ``fingerprint`` is asked about (SPEC §4).
@@ -55,6 +60,7 @@ from strategies.layouts import (
     PARTIAL_READ_BYTES,
     FingerprintCase,
     SourceLayout,
+    default_dtypes,
     fingerprint_cases,
     fit_source_ndim,
     modes,
@@ -117,6 +123,7 @@ __all__ = [
     "ObjectSpec",
     "SourceLayout",
     "available_dtypes",
+    "default_dtypes",
     "describe",
     "invalid_source_cases",
     "layout_bytes",

@@ -5,6 +5,10 @@ A case is built from a valid configuration by applying "breaks", each aimed at o
 rule 5 as well, since no positive multiple of 16 fits under it). Breaks that would mask
 each other (a non-tensor has no strides to get wrong; ``page_size=0`` cannot make a row
 too narrow) are never combined, so ``broken_rules`` is exact by construction.
+
+Importing this module does not import torch. Drawing a case does: its expected error is the
+reference's verdict on the object itself, made on the CPU by :mod:`strategies.materialize`
+(imported where a case is drawn or built, never at module level).
 """
 
 from __future__ import annotations
@@ -18,8 +22,13 @@ import numpy as np
 from hypothesis.errors import InvalidArgument
 
 import reference
-from strategies.layouts import ELEMENT_SIZES, _align16, _row_shapes, source_ndim_max
-from strategies.materialize import available_dtypes, describe, materialize_object
+from strategies.layouts import (
+    ELEMENT_SIZES,
+    _align16,
+    _row_shapes,
+    default_dtypes,
+    source_ndim_max,
+)
 
 __all__ = [
     "FIELDS",
@@ -125,6 +134,8 @@ class InvalidSourceCase:
 
     def build(self, device) -> dict:
         """Fresh keyword arguments for RealKvSource, the tensor made on ``device``."""
+        from strategies.materialize import materialize_object
+
         return {
             "tensor": materialize_object(self.obj, device),
             "page_size": self.page_size,
@@ -256,7 +267,7 @@ def _invalid_case(draw, break_sets_by_rule):
     # The winning rule first, then a combination with it: every rule wins equally often.
     winning_rule = draw(st.sampled_from(sorted(break_sets_by_rule)))
     breaks = draw(st.sampled_from(break_sets_by_rule[winning_rule]))
-    dtype = draw(st.sampled_from(available_dtypes()))
+    dtype = draw(st.sampled_from(default_dtypes()))
     element_size = ELEMENT_SIZES[dtype]
     rows = draw(st.integers(1, 4))
     if "too_narrow" in breaks:
@@ -386,6 +397,9 @@ def _invalid_case(draw, break_sets_by_rule):
         touched.add("tensor")
 
     rules = frozenset().union(*(_BREAK_RULES[b] for b in breaks))
+    # The expected error is the reference's verdict on the object itself, made on the CPU.
+    from strategies.materialize import describe, materialize_object
+
     built = materialize_object(obj, "cpu")
     expected = reference.validate_source(
         describe(built, values["page_size"], values["num_bytes_per_token"], values["read_bytes"])

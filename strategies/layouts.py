@@ -1,13 +1,21 @@
 """Valid RealKvSource layouts as plain data, slot sets and modes (SPEC §3, §4).
 
-Nothing here touches torch: a :class:`SourceLayout` is a description, and
+Nothing here touches torch, nor imports it: a :class:`SourceLayout` is a description, and
 :mod:`strategies.materialize` is the one place that turns it into tensors and numpy rows.
+
+The dtypes drawn by default (:func:`default_dtypes`) still follow the installed torch: they
+are read from the version of the installed ``torch`` distribution (its metadata, without
+importing it), against the first torch release that has each dtype. A self-test checks that
+this agrees with :func:`strategies.materialize.available_dtypes`, which asks torch itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.metadata
 import math
+import re
 from dataclasses import dataclass
 
 import hypothesis.strategies as st
@@ -16,6 +24,7 @@ from hypothesis.errors import InvalidArgument
 
 __all__ = [
     "ELEMENT_SIZES",
+    "default_dtypes",
     "FILLS",
     "FingerprintCase",
     "fingerprint_cases",
@@ -45,6 +54,36 @@ ELEMENT_SIZES: dict[str, int] = {
     "float8_e4m3fn": 1,
     "float8_e5m2": 1,
 }
+
+# The first torch release (major, minor) that has each dtype of ELEMENT_SIZES, where later
+# than any torch the project supports would lack it; the others are in every torch release.
+_FIRST_TORCH_WITH = {"float8_e4m3fn": (2, 1), "float8_e5m2": (2, 1)}
+
+
+@functools.cache
+def _installed_torch_version() -> tuple[int, int] | None:
+    """(major, minor) of the installed torch distribution, read from its metadata (torch is
+    not imported); None when torch is not installed or its version does not parse."""
+    try:
+        text = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    match = re.match(r"(\d+)\.(\d+)", text)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def default_dtypes() -> tuple[str, ...]:
+    """Names from :data:`ELEMENT_SIZES` that the installed torch has, in that order; every
+    name when no torch is installed (a description needs none). Torch is not imported.
+
+    Example (torch 2.13): ``('uint8', 'int8', 'float16', 'bfloat16', 'float32', 'int32',
+    'int64', 'float8_e4m3fn', 'float8_e5m2')``.
+    """
+    version = _installed_torch_version()
+    if version is None:
+        return tuple(ELEMENT_SIZES)
+    return tuple(name for name in ELEMENT_SIZES if version >= _FIRST_TORCH_WITH.get(name, (0, 0)))
+
 
 #: Byte fills a layout may ask for; see :class:`SourceLayout`.
 FILLS: tuple[str, ...] = ("dense", "first", "middle", "last")
@@ -328,7 +367,7 @@ def source_layouts(
     """Valid RealKvSource layouts: every SPEC §3 rule holds for the view they describe.
 
     ``dtypes`` defaults to every dtype in :data:`ELEMENT_SIZES` that the installed torch
-    has. ``holes`` lets a row be longer than ``page_size * num_bytes_per_token``;
+    has (:func:`default_dtypes`). ``holes`` lets a row be longer than ``page_size * num_bytes_per_token``;
     ``row_gaps`` lets the row stride exceed the row; ``offsets`` puts bytes before the view
     and after its last row; ``nd_rows`` draws rows like ``(heads, head_dim)`` as well as
     flat ones, within the rank limit of :func:`set_source_ndim_max`; ``fills`` is drawn from :data:`FILLS`. Every layout has
@@ -343,11 +382,7 @@ def source_layouts(
     i.e. a ``float16[3, 4, 20]`` view (row 160 bytes: 128 addressed by 2 slots, a 32-byte
     hole; a 32-byte gap to the next row) 32 bytes into a 583-byte buffer.
     """
-    if dtypes is None:
-        from strategies.materialize import available_dtypes
-
-        dtypes = available_dtypes()
-    dtypes = tuple(dtypes)
+    dtypes = default_dtypes() if dtypes is None else tuple(dtypes)
     if not dtypes or any(d not in ELEMENT_SIZES for d in dtypes):
         raise InvalidArgument(
             f"dtypes={dtypes!r} must be a non-empty subset of {sorted(ELEMENT_SIZES)}"

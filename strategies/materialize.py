@@ -1,5 +1,11 @@
 """The one place where descriptions become torch tensors (on any device) and numpy rows.
 
+This is the only module of :mod:`strategies` that imports torch: :mod:`strategies.layouts`,
+:mod:`strategies.chains` and :mod:`strategies.invalid` describe, as plain data, and import
+neither torch nor this module at their top (``tests/test_imports.py`` holds them to it).
+:func:`available_dtypes` asks torch itself which dtypes it has, the truth that
+:func:`strategies.layouts.default_dtypes` (torch-free) is checked against.
+
 Every buffer made here is 16-byte aligned, and every view is made with
 ``torch.as_strided`` over that buffer, never a copy, so that tests can write to the
 buffer and see an implementation follow the live memory.

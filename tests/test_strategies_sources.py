@@ -268,6 +268,15 @@ def test_slot_indices_draw_repeats_runs_and_shuffles():
     assert any(0 in slots for slots in lists) and any(23 in slots for slots in lists)
 
 
+def test_default_dtypes_are_those_the_installed_torch_has():
+    """The dtypes drawn by default, read without importing torch, are exactly those the
+    installed torch has (asked of torch itself), in the same order."""
+    assert st_kv.default_dtypes() == st_kv.available_dtypes()
+    assert set(collect(st_kv.source_layouts(), 100, lambda layout: layout.dtype)) == set(
+        st_kv.available_dtypes()
+    )
+
+
 def test_modes_are_the_three_hash_modes():
     """``modes()`` draws exactly 0, 1 and 2."""
     assert set(collect(st_kv.modes(), 30)) == {0, 1, 2}
