@@ -132,13 +132,7 @@ def _check_context(context: VerifyOrWriteContext):
         raise ValueError(
             f"kv-canary: context.kernel_kind must be a CanaryLaunchTag, got {int(kind)}"
         ) from None
-    mode = context.real_kv_hash_mode
-    if isinstance(mode, Enum) and type(mode).__name__ != "RealKvHashMode":
-        raise TypeError(
-            "kv-canary: context.real_kv_hash_mode must be a RealKvHashMode or its int value, "
-            f"got {type(mode).__name__}"
-        )
-    mode = as_mode(mode)
+    mode = as_mode(context.real_kv_hash_mode, "context.real_kv_hash_mode")
     check_sources(sources, device, "context.canary_buf")
     return device, buf.shape[0], mode, sources
 

@@ -20,16 +20,19 @@ FINGERPRINT_BLOCK = 128  # slots per program
 FOLD_NUM_WARPS = 2
 
 
-def as_mode(mode: object) -> RealKvHashMode:
-    if isinstance(mode, bool) or not isinstance(mode, int):
+def as_mode(mode: object, name: str = "mode") -> RealKvHashMode:
+    """``mode`` as a RealKvHashMode: a member or its int value, not a bool nor another enum's
+    member; errors name the argument as ``name`` (``context.real_kv_hash_mode`` for launches)."""
+    other_enum = isinstance(mode, Enum) and type(mode).__name__ != "RealKvHashMode"
+    if isinstance(mode, bool) or not isinstance(mode, int) or other_enum:
         raise TypeError(
-            f"kv-canary: mode must be a RealKvHashMode or its int value, got {type(mode).__name__}"
+            f"kv-canary: {name} must be a RealKvHashMode or its int value, got {type(mode).__name__}"
         )
     try:
         return RealKvHashMode(int(mode))
     except ValueError:
         raise ValueError(
-            f"kv-canary: mode must be one of {[m.value for m in RealKvHashMode]}, got {int(mode)}"
+            f"kv-canary: {name} must be one of {[m.value for m in RealKvHashMode]}, got {int(mode)}"
         ) from None
 
 
@@ -143,10 +146,6 @@ def check_fingerprint_args(
         )
     sources = tuple(sources)
     check_source_count(sources)  # SPEC §4: the first launch check, whatever else is wrong
-    if isinstance(mode, Enum) and type(mode).__name__ != "RealKvHashMode":
-        raise TypeError(
-            f"kv-canary: mode must be a RealKvHashMode or its int value, got {type(mode).__name__}"
-        )
     mode = as_mode(mode)
     if not isinstance(slot_indices, torch.Tensor):
         raise TypeError(

@@ -147,3 +147,23 @@ def test_failure_messages_cite_the_contract(path):
 def test_readme_points_to_the_contract():
     """The README names docs/CONTRACT.md as the contract."""
     assert "docs/CONTRACT.md" in (ROOT / "README.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("message", "word", "named"),
+    [
+        ("kv-canary: capacity 4, got slot 4", "4", True),
+        ("kv-canary: capacity 40, got slot 40", "4", False),
+        ("kv-canary: real_kv_sources[0] is on meta", "real_kv_sources[0]", True),
+        ("kv-canary: plans must be ...", "plan", False),
+        ("kv-canary: context.real_kv_hash_mode must be ...", "mode", False),
+        ("kv-canary: mode must be one of [0, 1, 2], got 7", "mode", True),
+        ("kv-canary: violation_ring must have dtype torch.int64", "int", False),
+        ("kv-canary: got cpus", "cpu", False),
+    ],
+)
+def test_words_are_matched_as_whole_tokens(message, word, named):
+    """The launch tables' word checks match a whole token: "4" is not found in "40"."""
+    from conformance.test_launch_validation import names
+
+    assert names(message, word) is named
