@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import pprint
 
 import hypothesis
 import hypothesis.strategies as st
@@ -20,12 +19,21 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-import reference
 import strategies as st_kv
 from conformance import profiles
-from conformance.assertions import fail, record_differences, ring_row_differences, row_text
+from conformance.assertions import fail, row_text
 from conformance.profiles import examples
-from conformance.support import describe_world, import_impl_lines
+from conformance.support import describe_world
+from conformance.write_verify_support import (
+    Snapshot,
+    assert_same_state,
+    bit_names,
+    code,
+    reports_of,
+    run_verify,
+    run_write,
+    story,
+)
 
 pytestmark = pytest.mark.write_verify
 
@@ -33,146 +41,6 @@ pytestmark = pytest.mark.write_verify
 def world_kwargs() -> dict:
     sizes = profiles.layout_sizes()
     return dict(max_rows=sizes["max_rows"], max_page_size=sizes["max_page_size"])
-
-
-@dataclasses.dataclass
-class Snapshot:
-    """The observable state of a world: what the contract says a launch may change."""
-
-    canary_buf: np.ndarray
-    ring: np.ndarray
-    write_index: int
-    slot_run_counter: int
-    kernel_run_counter: int
-
-    @classmethod
-    def of_world(cls, world: st_kv.MaterializedWorld) -> Snapshot:
-        return cls(
-            canary_buf=world.canary_buf.cpu().numpy().copy(),
-            ring=world.violation_ring.cpu().numpy().copy(),
-            write_index=int(world.violation_write_index.item()),
-            slot_run_counter=int(world.slot_run_counter.item()),
-            kernel_run_counter=int(world.kernel_run_counter.item()),
-        )
-
-    @classmethod
-    def of_state(cls, state: reference.CanaryState) -> Snapshot:
-        return cls(
-            canary_buf=state.canary_buf.copy(),
-            ring=state.violation_ring.copy(),
-            write_index=int(state.violation_write_index[0]),
-            slot_run_counter=int(state.slot_run_counter[0]),
-            kernel_run_counter=int(state.kernel_run_counter[0]),
-        )
-
-    def new_rows(self, since: int) -> np.ndarray:
-        """Rows stored since write index ``since``, sorted (order in a launch is unspecified)."""
-        stored = self.ring[min(since, len(self.ring)) : min(self.write_index, len(self.ring))]
-        return stored[np.lexsort(stored.T[::-1])] if len(stored) else stored
-
-
-def story(impl, device, made: st_kv.MaterializedWorld) -> str:
-    """The calls made on ``made`` so far, as a snippet that repeats them, has the reference
-    repeat them too, and asserts after each launch that both hold the same state; pasted into
-    a Python shell at the repository's root, it fails where the test failed."""
-    lines = [
-        *import_impl_lines(impl.__name__, device),
-        "from strategies import *",
-        "from conformance.support import check_world, take_damage",
-    ]
-    for entry in made.log:
-        if entry.startswith("made = materialize_world("):
-            lines += code("world", made.world).splitlines()
-            lines += ["made = materialize_world(world, device)", "state = made.reference_state()"]
-        elif entry.startswith("apply_corruption("):
-            lines += [entry, "take_damage(made, state)  # the reference sees the same damage"]
-        else:
-            lines += entry.splitlines()
-    return "\n".join("    " + line for line in lines)
-
-
-def code(name: str, value) -> str:
-    """``name = value`` with the value's repr wrapped to keep lines under 100 columns."""
-    return f"{name} = " + pprint.pformat(value, width=90, sort_dicts=False).replace(
-        "\n", "\n" + " " * (len(name) + 3)
-    )
-
-
-def assert_same_state(
-    got: Snapshot, want: Snapshot, *, index_before: int, what: str, config: str, repro: str = ""
-):
-    """Two states agree: buffer bytes, ring rows (as a multiset within the launch), index, counters.
-
-    A difference is named field by field: ``slot 3: prev_hash got 0x..., want 0x...``,
-    ``ring row 0 (slot 7): expected_token got 0, want -1``.
-    """
-    __tracebackhide__ = True
-    problems = []
-    for name in ("write_index", "slot_run_counter", "kernel_run_counter"):
-        if getattr(got, name) != getattr(want, name):
-            problems.append(f"{name} got {getattr(got, name)}, want {getattr(want, name)}")
-    if not np.array_equal(got.canary_buf[:, 32:], want.canary_buf[:, 32:]):
-        slots = np.flatnonzero((got.canary_buf[:, 32:] != want.canary_buf[:, 32:]).any(axis=1))
-        problems.append(f"canary_buf bytes past 32 changed in slots {slots.tolist()}")
-    records = [np.ascontiguousarray(s.canary_buf[:, :32]).view("<i8") for s in (got, want)]
-    problems += record_differences(*records)
-    cap = len(want.ring)
-    start, end = min(index_before, cap), min(want.write_index, cap)
-    untouched = np.r_[0:start, end:cap]
-    stray = untouched[(got.ring[untouched] != want.ring[untouched]).any(axis=1)]
-    if stray.size:
-        problems.append(
-            f"ring rows {stray.tolist()} changed, outside this launch's rows [{start}, {end}) "
-            "(a wrapping or stray store)"
-        )
-    problems += ring_row_differences(got.new_rows(index_before), want.new_rows(index_before))
-    if problems:
-        fail(f"{what}:\n  " + "\n  ".join(problems), config=config, repro=repro)
-
-
-def run_write(impl, world, batch, device, state=None):
-    """Write ``batch`` with the implementation and (if given) the reference state."""
-    world.log.append(
-        "\n".join(
-            [
-                code("batch", batch),
-                "impl.launch_canary_write_kernel(context=made.context(impl), "
-                "**write_launch(impl, batch, device))",
-                "reference.write(state, **reference_write_launch(batch))",
-                f'check_world(made, state, "after launch {batch_number(world)} (write)")',
-            ]
-        )
-    )
-    impl.launch_canary_write_kernel(
-        context=world.context(impl), **st_kv.write_launch(impl, batch, device)
-    )
-    if state is not None:
-        reference.write(state, **st_kv.reference_write_launch(batch))
-
-
-def run_verify(impl, world, batch, device, state=None):
-    """Verify ``batch`` with the implementation and (if given) the reference state."""
-    world.log.append(
-        "\n".join(
-            [
-                code("batch", batch),
-                "impl.launch_canary_verify_kernel(context=made.context(impl), "
-                "**verify_launch(impl, batch, device))",
-                "reference.verify(state, **reference_verify_launch(batch))",
-                f'check_world(made, state, "after launch {batch_number(world)} (verify)")',
-            ]
-        )
-    )
-    impl.launch_canary_verify_kernel(
-        context=world.context(impl), **st_kv.verify_launch(impl, batch, device)
-    )
-    if state is not None:
-        reference.verify(state, **st_kv.reference_verify_launch(batch))
-
-
-def batch_number(world) -> int:
-    """How many launches ``world`` has seen before this one (its log's launch entries)."""
-    return sum(1 for entry in world.log if entry.startswith("batch = "))
 
 
 def draw_written_world(data, device, impl, *, batches=2, avoid_zero=False, **world_overrides):
@@ -257,30 +125,6 @@ def test_write_then_verify_is_clean(impl, device, data):
     assert after.kernel_run_counter == before.kernel_run_counter + 1
     assert after.slot_run_counter == before.slot_run_counter + batch.capacity
     assert np.array_equal(after.canary_buf, before.canary_buf), "verify wrote the canary buffer"
-
-
-def reports_of(snapshot: Snapshot, since: int) -> dict[int, int]:
-    reports: dict[int, int] = {}
-    for row in snapshot.new_rows(since):
-        slot, bits = int(row[1]), int(row[7])
-        if slot in reports:
-            fail(
-                f"slot {slot} was reported twice in one verify: {snapshot.new_rows(since).tolist()}"
-            )
-        reports[slot] = bits
-    return reports
-
-
-def bit_names(reports: dict[int, int]) -> str:
-    names = {1: "CHAIN", 2: "POSITION", 4: "REAL_KV", 8: "W_TOKEN", 16: "W_POSITION", 32: "TOKEN"}
-    return (
-        "{"
-        + ", ".join(
-            f"{slot}: " + "|".join(n for b, n in names.items() if bits & b)
-            for slot, bits in sorted(reports.items())
-        )
-        + "}"
-    )
 
 
 @examples(1.0)

@@ -254,7 +254,7 @@ def fingerprint_snippet(impl_name: str) -> str:
 def write_verify_snippet(impl_name: str) -> str:
     """The story of a write and a verify whose token check is off, told for ``impl_name``."""
     import canary
-    from conformance.test_write_verify import run_verify, run_write, story
+    from conformance.write_verify_support import run_verify, run_write, story
 
     world = st_kv.CanaryWorld(
         sources=(),
