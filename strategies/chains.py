@@ -92,33 +92,119 @@ def ring_starts(ring_capacity: int) -> st.SearchStrategy[int]:
     )
 
 
-@st.composite
+_MODE_VALUES = (0, 1, 2)  # RealKvHashMode NONE, PARTIAL, ALL
+_READING_MODES = (1, 2)  # the modes that read KV bytes
+
+
 def canary_worlds(
-    draw,
     *,
     min_slots: int = 4,
     max_slots: int = 16,
+    min_sources: int = 0,
     max_sources: int = 2,
     max_ring: int = 6,
-    modes=(0, 1, 2),
+    modes=_MODE_VALUES,
+    reads_kv: bool | None = None,
     **layout_kwargs,
-) -> CanaryWorld:
-    """Worlds for write/verify launches; ``layout_kwargs`` go to :func:`source_tuples`."""
+) -> st.SearchStrategy[CanaryWorld]:
+    """Worlds for write/verify launches; ``layout_kwargs`` go to :func:`source_tuples`.
+
+    ``modes`` is a tuple of RealKvHashMode values (ints) to sample the mode from, or a
+    strategy drawing them. ``reads_kv=True`` draws only worlds that fingerprint real KV
+    bytes (:attr:`CanaryWorld.reads_kv`): at least one source and a mode of ``modes`` that
+    reads (PARTIAL or ALL), by construction rather than by rejection; a strategy given as
+    ``modes`` must then draw only those. ``None`` (the default) puts no such condition.
+    Without these options, draws are those of the strategy before they existed.
+
+    Example draw from ``canary_worlds(reads_kv=True)``::
+
+        CanaryWorld(sources=(SourceLayout(dtype='int8', rows=2, ...),), mode=1, num_slots=9,
+                    slot_stride_bytes=32, ring_capacity=0, ring_start=3, ...)
+    """
+    if not isinstance(min_slots, int) or not isinstance(max_slots, int):
+        raise InvalidArgument(f"min_slots={min_slots!r} and max_slots={max_slots!r} must be ints")
     if not 2 <= min_slots <= max_slots:
         raise InvalidArgument(f"need 2 <= min_slots={min_slots} <= max_slots={max_slots}")
-    num_slots = draw(st.integers(min_slots, max_slots), label="num_slots")
+    for name, value, lo, hi in (
+        ("max_sources", max_sources, 0, 6),
+        ("min_sources", min_sources, 0, max_sources if isinstance(max_sources, int) else 6),
+        ("max_ring", max_ring, 0, 2**20),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            raise InvalidArgument(f"{name}={value!r} must be an int in [{lo}, {hi}]")
+    if reads_kv is not None and reads_kv is not True:
+        raise InvalidArgument(
+            f"reads_kv={reads_kv!r} must be None or True (for worlds that read no KV bytes "
+            "pass modes=(0,) or max_sources=0)"
+        )
+    if isinstance(modes, st.SearchStrategy):
+        mode_strategy = modes
+    else:
+        modes = tuple(modes) if isinstance(modes, (tuple, list)) else modes
+        if (
+            not isinstance(modes, tuple)
+            or not modes
+            or any(isinstance(m, bool) or m not in _MODE_VALUES for m in modes)
+        ):
+            raise InvalidArgument(
+                f"modes={modes!r} must be a strategy or a non-empty tuple of {_MODE_VALUES}"
+            )
+        if reads_kv:
+            modes = tuple(m for m in modes if m in _READING_MODES)
+            if not modes:
+                raise InvalidArgument("reads_kv=True needs a mode that reads (1 or 2) in modes")
+        mode_strategy = st.sampled_from(modes)
+    if reads_kv:
+        if max_sources == 0:
+            raise InvalidArgument("reads_kv=True needs max_sources >= 1")
+        min_sources = max(min_sources, 1)
     layout_kwargs.setdefault("max_rows", 8)
     layout_kwargs.setdefault("max_page_size", 8)
+    # Built now, so that bad layout arguments raise here, not at the first draw.
+    source_tuples(
+        min_sources=min_sources, max_sources=max_sources, min_capacity=max_slots, **layout_kwargs
+    )
+    return _canary_worlds(
+        min_slots,
+        max_slots,
+        min_sources,
+        max_sources,
+        max_ring,
+        mode_strategy,
+        reads_kv,
+        layout_kwargs,
+    )
+
+
+@st.composite
+def _canary_worlds(
+    draw,
+    min_slots,
+    max_slots,
+    min_sources,
+    max_sources,
+    max_ring,
+    mode_strategy,
+    reads_kv,
+    layout_kwargs,
+) -> CanaryWorld:
+    num_slots = draw(st.integers(min_slots, max_slots), label="num_slots")
     sources = draw(
         source_tuples(
-            min_sources=0, max_sources=max_sources, min_capacity=num_slots, **layout_kwargs
+            min_sources=min_sources,
+            max_sources=max_sources,
+            min_capacity=num_slots,
+            **layout_kwargs,
         ),
         label="sources",
     )
     ring_capacity = draw(st.integers(0, max_ring), label="ring_capacity")
+    mode = draw(mode_strategy, label="mode")
+    if reads_kv and mode not in _READING_MODES:
+        raise InvalidArgument(f"modes drew {mode!r}, which reads no KV bytes, with reads_kv=True")
     return CanaryWorld(
         sources=sources,
-        mode=draw(st.sampled_from(modes), label="mode"),
+        mode=mode,
         num_slots=num_slots,
         slot_stride_bytes=draw(st.sampled_from([32, 40, 64]), label="slot_stride_bytes"),
         ring_capacity=ring_capacity,
