@@ -320,16 +320,15 @@ def _positions(draw, length: int, start: int) -> list[int]:
     return positions
 
 
-@st.composite
 def write_batches(
-    draw,
     world: CanaryWorld,
     *,
     seeds: tuple[tuple[int, int], ...] = (),
     avoid: frozenset[int] = frozenset(),
     max_requests: int = 3,
     max_entries: int = 5,
-) -> WriteBatch:
+    min_written: int = 0,
+) -> st.SearchStrategy[WriteBatch]:
     """Write launches on ``world``.
 
     ``seeds`` offers ``(slot, stored position)`` pairs of written chain tails that a request
@@ -339,6 +338,13 @@ def write_batches(
     unwritten entries may follow the last request; positions are mostly consecutive, starting
     after the seed's, with jumps and values at the edge of int64.
 
+    ``min_written``: at least that many entries are written by a correct launch (SPEC §6:
+    entries of a request below the clamped ``num_valid`` whose slot is not negative; an
+    input-assert mismatch still writes), so ``chains_written(batch)`` holds at least that
+    many slots. It is built in, not filtered: the requests that must carry the entries are
+    long enough, those entries are not skipped, and ``num_valid`` reaches them. With the
+    default 0, draws are those of the strategy before the option existed.
+
     Example draw (capacity 2, one valid request)::
 
         WriteBatch(requests=(WriteRequest(seed=-1, slots=(3, -1, 0), tokens=(11, 12, 13),
@@ -346,13 +352,33 @@ def write_batches(
                              WriteRequest(seed=5, slots=(7,), tokens=(9,), positions=(41,))),
                    num_valid=1, padding=((2, 77, 8),), input_assert=False, ...)
     """
+    for name, value, lo in (("max_requests", max_requests, 1), ("max_entries", max_entries, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+            raise InvalidArgument(f"{name}={value!r} must be an int >= {lo}")
     seed_slots = {slot for slot, _ in seeds}
-    free = [s for s in range(world.num_slots) if s not in seed_slots and s not in avoid]
+    free = tuple(s for s in range(world.num_slots) if s not in seed_slots and s not in avoid)
+    most = min(len(free), max_requests * max_entries)
+    if isinstance(min_written, bool) or not isinstance(min_written, int):
+        raise InvalidArgument(f"min_written={min_written!r} must be an int")
+    if not 0 <= min_written <= most:
+        raise InvalidArgument(
+            f"min_written={min_written} must be in [0, {most}]: {len(free)} slots are free to "
+            f"write and a batch holds at most {max_requests} x {max_entries} entries"
+        )
+    return _write_batches(world, tuple(seeds), free, max_requests, max_entries, min_written)
+
+
+@st.composite
+def _write_batches(draw, world, seeds, free, max_requests, max_entries, min_written):
     order = draw(st.permutations(free), label="slot order")
-    capacity = draw(st.integers(1, max_requests), label="capacity")
+    # enough requests to hold min_written entries (any number from 1 when it is 0)
+    fewest = max(1, -(-min_written // max_entries)) if max_entries else 1
+    capacity = draw(st.integers(fewest, max_requests), label="capacity")
     cursor = 0
     requests = []
-    for _ in range(capacity):
+    owed = min_written  # entries still to be written for min_written to hold
+    needed_requests = 0  # requests that num_valid must reach: the ones paying the debt
+    for r in range(capacity):
         if seeds and draw(st.booleans(), label="continue a chain"):
             seed, stored_position = draw(st.sampled_from(seeds), label="seed")
             start = (stored_position + 1 + 2**63) % 2**64 - 2**63
@@ -361,20 +387,29 @@ def write_batches(
             start = draw(
                 st.one_of(st.integers(0, 4000), st.just(INT64_MAX - 1)), label="first position"
             )
-        length = draw(st.integers(0, max_entries), label="entries")
+        later_room = (capacity - r - 1) * max_entries  # what later requests can still hold
+        length = draw(
+            st.integers(min(max_entries, max(0, owed - later_room)), max_entries), label="entries"
+        )
         slots = []
-        for _ in range(length):
-            if cursor < len(order) and not draw(
-                st.integers(0, 5).map(lambda n: n == 0), label="skip entry"
+        for j in range(length):
+            room_after = length - j - 1 + later_room
+            if cursor < len(order) and (
+                owed > room_after
+                or not draw(st.integers(0, 5).map(lambda n: n == 0), label="skip entry")
             ):
                 slots.append(order[cursor])
                 cursor += 1
+                if owed:
+                    owed -= 1
+                    needed_requests = r + 1
             else:
                 slots.append(-1)
         tokens = draw(st.lists(_tokens, min_size=length, max_size=length), label="tokens")
         positions = draw(_positions(length, start), label="positions")
         requests.append(WriteRequest(seed, tuple(slots), tuple(tokens), tuple(positions)))
-    num_valid = draw(st.integers(-2, capacity + 2), label="num_valid")
+    lowest = needed_requests if min_written else -2
+    num_valid = draw(st.integers(lowest, capacity + 2), label="num_valid")
     padding = []
     for _ in range(draw(st.integers(0, 2), label="padding entries")):
         slot = order[cursor] if cursor < len(order) else -1
@@ -444,10 +479,9 @@ def plan_for_chains(chains: tuple[Chain, ...]) -> list[tuple[int, int, int, int]
     return entries
 
 
-@st.composite
 def verify_batches(
-    draw, chains: tuple[Chain, ...], *, exact: bool = False, max_padding: int = 3
-) -> VerifyBatch:
+    chains: tuple[Chain, ...], *, exact: bool = False, max_padding: int = 3, min_checked: int = 0
+) -> st.SearchStrategy[VerifyBatch]:
     """Verify plans over written ``chains``.
 
     With ``exact``, the plan is :func:`plan_for_chains` as it is, all valid and enabled,
@@ -456,11 +490,32 @@ def verify_batches(
     position, padding entries (slot 0), ``num_valid`` from -2 to capacity + 2, ``enable``
     0, 1 or 2, and the token check on or off.
 
+    ``min_checked``: at least that many entries are checked by a correct launch (SPEC §7:
+    the launch is enabled, and the entry is below the clamped ``num_valid`` and names a slot
+    other than 0), built in, not filtered: ``enable`` is then never 0 and ``num_valid``
+    reaches that many entries of the chains. The chains must hold that many slots other than
+    0. With the default 0, draws are those of the strategy before the option existed.
+
     Example draw::
 
         VerifyBatch(slots=(4, 0, 6), expected_tokens=(12, -1, -1), expected_positions=(1, 0, 2),
                     prev_slots=(3, 0, -2), num_valid=5, enable=2, check_token=True)
     """
+    if isinstance(max_padding, bool) or not isinstance(max_padding, int) or max_padding < 0:
+        raise InvalidArgument(f"max_padding={max_padding!r} must be an int >= 0")
+    checkable = sum(slot != 0 for chain in chains for slot in chain.slots)
+    if isinstance(min_checked, bool) or not isinstance(min_checked, int):
+        raise InvalidArgument(f"min_checked={min_checked!r} must be an int")
+    if not 0 <= min_checked <= checkable:
+        raise InvalidArgument(
+            f"min_checked={min_checked} must be in [0, {checkable}]: the chains hold "
+            f"{checkable} slots other than 0 (verify skips slot 0)"
+        )
+    return _verify_batches(tuple(chains), exact, max_padding, min_checked)
+
+
+@st.composite
+def _verify_batches(draw, chains, exact, max_padding, min_checked) -> VerifyBatch:
     entries = plan_for_chains(chains)
     if exact:
         entries = entries or [(0, -1, 0, 0)]  # a plan has at least one entry: padding
@@ -490,10 +545,15 @@ def verify_batches(
     if not varied:
         varied = [(0, -1, 0, 0)]
     columns = [tuple(column) for column in zip(*varied, strict=True)]
+    lowest = -2
+    if min_checked:
+        # num_valid reaches the min_checked-th entry that names a slot other than 0
+        checked_at = [k for k, (slot, *_) in enumerate(varied) if slot != 0]
+        lowest = checked_at[min_checked - 1] + 1
     return VerifyBatch(
         *columns,
-        num_valid=draw(st.integers(-2, len(varied) + 2), label="num_valid"),
-        enable=draw(st.sampled_from([1, 1, 2, 0]), label="enable"),
+        num_valid=draw(st.integers(lowest, len(varied) + 2), label="num_valid"),
+        enable=draw(st.sampled_from([1, 1, 2] if min_checked else [1, 1, 2, 0]), label="enable"),
         check_token=draw(st.booleans(), label="check_token"),
     )
 
