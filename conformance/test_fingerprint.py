@@ -76,6 +76,7 @@ def reading_cases(**layout_kwargs) -> st.SearchStrategy[st_kv.FingerprintCase]:
                 min_size=1,
                 max_size=profiles.max_slots(),
                 page_size=layouts[0].page_size,
+                long_size=profiles.long_slots(),
             )
         )
         mode = draw(st.sampled_from([1, 2]))
@@ -105,21 +106,16 @@ def run_both(impl, impl_name, device, layouts, slots, mode, shared):
 
 
 def _layout(**fields) -> st_kv.SourceLayout:
-    base = dict(
-        dtype="uint8",
-        rows=3,
-        row_shape=(96,),
-        page_size=3,
-        num_bytes_per_token=32,
-        read_bytes=32,
-        row_stride_bytes=96,
-        offset_bytes=0,
-        tail_bytes=0,
-        fill="dense",
-        seed=7,
-    )
-    # within the implementation's declared source rank (CANARY_CAPABILITIES), same bytes
-    return st_kv.fit_source_ndim(st_kv.SourceLayout(**{**base, **fields}))
+    """Three rows of three 32-byte tokens (seed 7) but for ``fields``, within the
+    implementation's declared source rank (CANARY_CAPABILITIES), same bytes."""
+    return st_kv.fit_source_ndim(st_kv.layout(**{"rows": 3, "page_size": 3, "seed": 7, **fields}))
+
+
+#: bf16 [3, 2, 48] rows (page 2, 64 B/token, read 48) with a hole, a gap and an offset.
+_BF16_ROWS = dict(dtype="bfloat16", rows=3, row_shape=(2, 48), page_size=2, num_bytes_per_token=64)
+BF16_HOLE_GAP_OFFSET = st_kv.layout(
+    **_BF16_ROWS, read_bytes=48, hole_bytes=64, gap_bytes=64, offset_bytes=48, tail_bytes=5, seed=7
+)
 
 
 # Pinned cases, each aimed at a bug of SPEC §9 that random draws find only now and then.
@@ -127,27 +123,14 @@ PAGE_MAPPING = st_kv.FingerprintCase(  # row = s // page_size, not s % page_size
     layouts=(_layout(),), slots=(0, 1, 2, 3, 4, 5, 8, 7), mode=2
 )
 ROW_STRIDE_NOT_SHAPE = st_kv.FingerprintCase(  # bf16 [3, 2, 48] rows with a hole, a gap, an offset
-    layouts=(
-        _layout(
-            dtype="bfloat16",
-            row_shape=(2, 48),
-            page_size=2,
-            num_bytes_per_token=64,
-            read_bytes=48,
-            row_stride_bytes=256,
-            offset_bytes=48,
-            tail_bytes=5,
-        ),
-    ),
+    layouts=(st_kv.fit_source_ndim(BF16_HOLE_GAP_OFFSET),),
     slots=(5, 4, 3, 2, 1, 0),
     mode=2,
 )
 FOUR_SOURCES_IN_ORDER = st_kv.FingerprintCase(  # four layers of one pool, combined in tuple order
     layouts=tuple(
-        _layout(seed=seed, dtype=dtype, row_shape=(96 // size,))
-        for seed, (dtype, size) in enumerate(
-            (("uint8", 1), ("int8", 1), ("int32", 4), ("int64", 8))
-        )
+        _layout(seed=seed, dtype=dtype)
+        for seed, dtype in enumerate(("uint8", "int8", "int32", "int64"))
     ),
     slots=(8, 0, 4),
     mode=1,
@@ -155,28 +138,12 @@ FOUR_SOURCES_IN_ORDER = st_kv.FingerprintCase(  # four layers of one pool, combi
 )
 
 PARTIAL_IS_16_BYTES = st_kv.FingerprintCase(  # one non-zero byte at the start of a 64-byte window
-    layouts=(
-        _layout(
-            row_shape=(192,),
-            num_bytes_per_token=64,
-            read_bytes=64,
-            row_stride_bytes=192,
-            fill="first",
-        ),
-    ),
+    layouts=(_layout(num_bytes_per_token=64, fill="first"),),
     slots=(0, 1, 2, 6),
     mode=1,
 )
 LAST_READ_BYTE = st_kv.FingerprintCase(  # ALL must read up to read_bytes, not num_bytes_per_token
-    layouts=(
-        _layout(
-            row_shape=(192,),
-            num_bytes_per_token=64,
-            read_bytes=48,
-            row_stride_bytes=192,
-            fill="last",
-        ),
-    ),
+    layouts=(_layout(num_bytes_per_token=64, read_bytes=48, fill="last"),),
     slots=(1, 2, 3),
     mode=2,
 )
@@ -420,43 +387,19 @@ def _far_source(impl, device, *, gap: int):
 
 # N-D sources, whatever rank the implementation declares: SPEC §3 reads a row as its bytes.
 ND_ROWS = {
-    "bf16 [3, 2, 48], hole, gap, offset": st_kv.SourceLayout(
-        dtype="bfloat16",
-        rows=3,
-        row_shape=(2, 48),
-        page_size=2,
-        num_bytes_per_token=64,
-        read_bytes=48,
-        row_stride_bytes=256,
-        offset_bytes=48,
-        tail_bytes=5,
-        fill="dense",
-        seed=7,
+    "bf16 [3, 2, 48], hole, gap, offset": BF16_HOLE_GAP_OFFSET,
+    "fp16 [2, 2, 2, 32]": st_kv.layout(
+        dtype="float16", rows=2, row_shape=(2, 2, 32), page_size=4, num_bytes_per_token=64, seed=11
     ),
-    "fp16 [2, 2, 2, 32]": st_kv.SourceLayout(
-        dtype="float16",
-        rows=2,
-        row_shape=(2, 2, 32),
-        page_size=4,
-        num_bytes_per_token=64,
-        read_bytes=64,
-        row_stride_bytes=256,
-        offset_bytes=0,
-        tail_bytes=0,
-        fill="dense",
-        seed=11,
-    ),
-    "int32 [3, 1, 48]": st_kv.SourceLayout(
+    "int32 [3, 1, 48]": st_kv.layout(
         dtype="int32",
         rows=3,
         row_shape=(1, 48),
         page_size=3,
         num_bytes_per_token=64,
         read_bytes=48,
-        row_stride_bytes=192,
         offset_bytes=16,
         tail_bytes=3,
-        fill="dense",
         seed=12,
     ),
 }
@@ -491,20 +434,7 @@ def test_addresses_past_2_to_the_31_and_32(impl, device, gap):
 
 def test_launch_checks_source_cap(impl, device):
     """More than 4 sources raise SPEC §4's ValueError in every mode, even with no slots."""
-    layout = st_kv.SourceLayout(
-        dtype="uint8",
-        rows=1,
-        row_shape=(32,),
-        page_size=1,
-        num_bytes_per_token=32,
-        read_bytes=32,
-        row_stride_bytes=32,
-        offset_bytes=0,
-        tail_bytes=0,
-        fill="dense",
-        seed=1,
-    )
-    source = st_kv.materialize(layout, device).build(impl)
+    source = st_kv.materialize(st_kv.layout(rows=1), device).build(impl)
     for count in (5, 6):
         for mode in (0, 1, 2):
             for slots in ([], [0]):

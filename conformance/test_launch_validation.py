@@ -61,19 +61,8 @@ class Launch:
 
 def source_layout() -> st_kv.SourceLayout:
     """The one source of the test world."""
-    layout = st_kv.SourceLayout(
-        dtype="bfloat16",
-        rows=4,
-        row_shape=(2, 64),
-        page_size=4,
-        num_bytes_per_token=64,
-        read_bytes=32,
-        row_stride_bytes=512,
-        offset_bytes=32,
-        tail_bytes=16,
-        fill="dense",
-        seed=3,
-    )
+    rows = dict(dtype="bfloat16", row_shape=(2, 64), page_size=4, num_bytes_per_token=64, seed=3)
+    layout = st_kv.layout(**rows, read_bytes=32, gap_bytes=256, offset_bytes=32, tail_bytes=16)
     return st_kv.fit_source_ndim(layout)  # [4, 128] for a 2-D-only implementation
 
 

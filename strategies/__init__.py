@@ -10,6 +10,7 @@ re-exports all of them, so ``import strategies`` itself loads torch.
 
 - :func:`source_layouts`, :func:`source_tuples`: valid RealKvSource layouts (SPEC §3).
 - :func:`slot_indices`, :func:`modes`: what ``fingerprint`` is asked about (SPEC §4).
+- :func:`layout`: one fixed layout from a few fields, the rest at plain defaults.
 - :func:`materialize`, :func:`materialize_shared`: layouts made real, with the byte offsets
   a canary reads (:func:`window_byte_offsets`) and must never read
   (:func:`outside_byte_offsets`).
@@ -63,6 +64,7 @@ from strategies.layouts import (
     default_dtypes,
     fingerprint_cases,
     fit_source_ndim,
+    layout,
     modes,
     outside_byte_offsets,
     set_source_ndim_max,
@@ -140,5 +142,6 @@ __all__ = [
     "source_ndim_max",
     "source_tuples",
     "fit_source_ndim",
+    "layout",
     "window_byte_offsets",
 ]

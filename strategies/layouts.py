@@ -29,6 +29,7 @@ __all__ = [
     "FingerprintCase",
     "fingerprint_cases",
     "fit_source_ndim",
+    "layout",
     "PARTIAL_READ_BYTES",
     "SourceLayout",
     "modes",
@@ -590,3 +591,49 @@ def fingerprint_cases(
     mode = draw(_MODES if modes is None else modes, label="mode")
     shared = draw(st.booleans(), label="shared pool")
     return FingerprintCase(tuple(layouts), tuple(slots), mode, shared)
+
+
+def layout(
+    *,
+    dtype: str = "uint8",
+    rows: int = 4,
+    page_size: int = 1,
+    num_bytes_per_token: int = 32,
+    read_bytes: int | None = None,
+    hole_bytes: int = 0,
+    gap_bytes: int = 0,
+    offset_bytes: int = 0,
+    tail_bytes: int = 0,
+    row_shape: tuple[int, ...] | None = None,
+    fill: str = "dense",
+    seed: int = 1,
+) -> SourceLayout:
+    """A fixed layout from what a test cares about, the rest left at plain defaults.
+
+    A row holds ``page_size`` tokens of ``num_bytes_per_token`` bytes and then ``hole_bytes``
+    no slot owns; rows are ``gap_bytes`` apart past their 16-byte-rounded width. The row is
+    flat unless ``row_shape`` is given (its bytes must be the row's). ``read_bytes`` defaults
+    to the whole token::
+
+        layout(dtype="bfloat16", rows=3, row_shape=(2, 48), page_size=2,
+               num_bytes_per_token=64, read_bytes=48, hole_bytes=64, gap_bytes=64)
+    """
+    element_size = ELEMENT_SIZES[dtype]
+    row_bytes = page_size * num_bytes_per_token + hole_bytes
+    if row_shape is None:
+        row_shape = (row_bytes // element_size,)
+    if math.prod(row_shape) * element_size != row_bytes:
+        raise ValueError(f"row_shape {row_shape} of {dtype} is not {row_bytes} bytes")
+    return SourceLayout(
+        dtype=dtype,
+        rows=rows,
+        row_shape=tuple(row_shape),
+        page_size=page_size,
+        num_bytes_per_token=num_bytes_per_token,
+        read_bytes=num_bytes_per_token if read_bytes is None else read_bytes,
+        row_stride_bytes=_align16(row_bytes) + gap_bytes,
+        offset_bytes=offset_bytes,
+        tail_bytes=tail_bytes,
+        fill=fill,
+        seed=seed,
+    )

@@ -17,23 +17,15 @@ GPUS = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
 
 
 def layout(**fields) -> st_kv.SourceLayout:
-    base = dict(
-        dtype="bfloat16",
-        rows=6,
-        row_shape=(2, 64),
-        page_size=4,
-        num_bytes_per_token=64,
-        read_bytes=48,
-        row_stride_bytes=512,
-        offset_bytes=32,
-        tail_bytes=16,
-        fill="dense",
-        seed=5,
-    )
-    return st_kv.SourceLayout(**{**base, **fields})
+    """Six rows of four 64-byte tokens, 256 bytes apart past the row, an offset and a tail."""
+    geometry = dict(rows=6, page_size=4, num_bytes_per_token=64, gap_bytes=256)
+    return st_kv.layout(**geometry, offset_bytes=32, tail_bytes=16, **fields)
 
 
-SOURCES = (layout(), layout(dtype="int32", row_shape=(64,), read_bytes=64, seed=6))
+SOURCES = (
+    layout(dtype="bfloat16", row_shape=(2, 64), read_bytes=48, seed=5),
+    layout(dtype="int32", seed=6),
+)
 
 
 def run_everything(device: str) -> dict:

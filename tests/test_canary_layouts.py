@@ -10,35 +10,23 @@ import strategies as st_kv
 
 
 def layout(**fields) -> st_kv.SourceLayout:
-    base = dict(
-        dtype="uint8",
-        rows=3,
-        row_shape=(64,),
-        page_size=2,
-        num_bytes_per_token=32,
-        read_bytes=32,
-        row_stride_bytes=64,
-        offset_bytes=0,
-        tail_bytes=0,
-        fill="dense",
-        seed=11,
-    )
-    return st_kv.SourceLayout(**{**base, **fields})
+    """Three rows of two 32-byte tokens (seed 11) but for ``fields``."""
+    return st_kv.layout(**{"rows": 3, "page_size": 2, "seed": 11, **fields})
 
 
 FP8 = "float8_e4m3fn" if hasattr(torch, "float8_e4m3fn") else "uint8"
 
 LAYOUTS = {
-    "page_size 1": layout(page_size=1, row_shape=(32,), row_stride_bytes=32, rows=6),
+    "page_size 1": layout(page_size=1, rows=6),
     "page_size 2": layout(),
-    "page_size 16": layout(page_size=16, row_shape=(16 * 32,), row_stride_bytes=16 * 32, rows=2),
-    "holes": layout(row_shape=(96,), row_stride_bytes=96, read_bytes=16),
-    "per-layer view, gap and offset": layout(row_stride_bytes=256, offset_bytes=512, tail_bytes=64),
+    "page_size 16": layout(page_size=16, rows=2),
+    "holes": layout(hole_bytes=32, read_bytes=16),
+    "per-layer view, gap and offset": layout(gap_bytes=192, offset_bytes=512, tail_bytes=64),
     "bf16 [rows, heads, dim]": layout(dtype="bfloat16", row_shape=(2, 16)),
-    "fp16 with a gap": layout(dtype="float16", row_shape=(32,), row_stride_bytes=96),
-    "fp8": layout(dtype=FP8, row_shape=(64,)),
-    "int32 with offset": layout(dtype="int32", row_shape=(16,), offset_bytes=48),
-    "sparse: last byte only": layout(fill="last", num_bytes_per_token=32, read_bytes=32),
+    "fp16 with a gap": layout(dtype="float16", gap_bytes=32),
+    "fp8": layout(dtype=FP8),
+    "int32 with offset": layout(dtype="int32", offset_bytes=48),
+    "sparse: last byte only": layout(fill="last"),
 }
 
 

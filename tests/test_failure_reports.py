@@ -232,19 +232,7 @@ def test_a_failure_is_announced_before_the_end():
 
 # --- snippets reproduce the verdict ------------------------------------------------------
 
-LAYOUT = st_kv.SourceLayout(
-    dtype="uint8",
-    rows=2,
-    row_shape=(256,),
-    page_size=2,
-    num_bytes_per_token=128,
-    read_bytes=64,
-    row_stride_bytes=256,
-    offset_bytes=0,
-    tail_bytes=0,
-    fill="dense",
-    seed=11,
-)
+LAYOUT = st_kv.layout(rows=2, page_size=2, num_bytes_per_token=128, read_bytes=64, seed=11)
 
 
 def fingerprint_snippet(impl_name: str) -> str:
