@@ -7,10 +7,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import reference
+
 
 def hexu(value: int) -> str:
-    """An int64 hash as its unsigned 64-bit hex, the way SPEC.md writes hashes."""
+    """An int64 hash as its unsigned 64-bit hex, the way SPEC.md writes hashes (and the golden
+    files store every int64)."""
     return f"0x{int(value) & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
+def from_hexu(text: str) -> int:
+    """A u64 hex (as :func:`hexu` writes it) back to the signed int64 an implementation returns."""
+    return reference.to_signed64(int(text, 16))
 
 
 def to_numpy(tensor) -> np.ndarray:
@@ -71,20 +79,16 @@ RING_FIELDS = (
     "fail_reason_bits",
 )
 _HASH_FIELDS = {"prev_hash", "real_kv_hash", "stored_chain_hash"}
+# FailReason bits by their short names: VERIFY_CHAIN_HASH_MISMATCH is CHAIN, WRITE_TOKEN_MISMATCH
+# is WRITE_TOKEN, VERIFY_TOKEN_MISMATCH is TOKEN.
 _BITS = {
-    1: "CHAIN",
-    2: "POSITION",
-    4: "REAL_KV",
-    8: "WRITE_TOKEN",
-    16: "WRITE_POSITION",
-    32: "TOKEN",
+    int(reason): reason.name.removeprefix("VERIFY_").removesuffix("_MISMATCH").removesuffix("_HASH")
+    for reason in reference.FailReason
 }
 
 
 def launch_tag_name(value: int) -> str:
     """A kernel kind by its ``CanaryLaunchTag`` name (``HEAD_V_FULL``), or the number."""
-    import reference
-
     try:
         return reference.CanaryLaunchTag(int(value)).name
     except ValueError:

@@ -11,11 +11,25 @@ import reference
 import strategies as st_kv
 
 
-def materialize_all(layouts: Sequence, device, *, shared: bool = False):
-    """Materialize ``layouts`` on ``device``: separate buffers, or one shared per-layer pool."""
+def materialize_all(layouts: Sequence, device, *, shared: bool = False, backings=None):
+    """Materialize ``layouts`` on ``device``: separate buffers, or one shared per-layer pool.
+
+    ``backings[i]``, where given and not None, are the exact bytes of source ``i``'s backing
+    (as for the CONTRACT §2 vectors), written over its seeded fill.
+    """
     if shared and layouts:
-        return st_kv.materialize_shared(layouts, device)
-    return tuple(st_kv.materialize(layout, device) for layout in layouts)
+        made = st_kv.materialize_shared(layouts, device)
+    else:
+        made = tuple(st_kv.materialize(layout, device) for layout in layouts)
+    for m, data in zip(made, backings or [None] * len(made), strict=True):
+        if data is not None:
+            m.backing.copy_(torch.from_numpy(np.frombuffer(data, dtype=np.uint8).copy()))
+    return made
+
+
+def missing_dtypes(layouts: Sequence) -> list[str]:
+    """The dtypes ``layouts`` name that the installed torch lacks."""
+    return sorted({layout.dtype for layout in layouts} - set(st_kv.available_dtypes()))
 
 
 def reference_sources(materialized) -> tuple:

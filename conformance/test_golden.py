@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from conformance import golden
-from conformance.assertions import assert_int64_equal, fail
-from conformance.support import mode_name
+from conformance.assertions import assert_int64_equal, fail, from_hexu
+from conformance.support import materialize_all, missing_dtypes, mode_name
+from conformance.write_verify_support import differences, implementation_write_verify
 
 FINGERPRINT = golden.load(golden.FINGERPRINT_FILE)
 WRITE_VERIFY = golden.load(golden.WRITE_VERIFY_FILE)
@@ -29,7 +30,7 @@ def _repro(test: str, vector: dict, rerun_options: str) -> str:
 
 
 def _skip_missing_dtypes(vector: dict) -> None:
-    missing = golden.missing_dtypes(vector)
+    missing = missing_dtypes(golden.layouts_of(vector))
     if missing:
         pytest.skip(f"torch {torch.__version__} has no {', '.join(missing)}")
 
@@ -38,10 +39,12 @@ def _skip_missing_dtypes(vector: dict) -> None:
 def test_fingerprint_vector(impl, rerun_options, device, vector):
     """fingerprint returns the stored hash of every slot of every golden vector, bit for bit."""
     _skip_missing_dtypes(vector)
-    sources = [m.build(impl) for m in golden.materialize_sources(vector, device)]
+    layouts, backings = golden.sources_of(vector)
+    made = materialize_all(layouts, device, shared=vector["shared"], backings=backings)
+    sources = [m.build(impl) for m in made]
     slots = torch.tensor(vector["slots"], dtype=torch.int64, device=device)
     got = impl.fingerprint(sources, slots, mode=impl.RealKvHashMode(vector["mode"]))
-    want = np.array([golden.from_hex64(h) for h in vector["hashes"]], dtype=np.int64)
+    want = np.array([from_hexu(h) for h in vector["hashes"]], dtype=np.int64)
     assert_int64_equal(
         got,
         want,
@@ -58,8 +61,9 @@ def test_fingerprint_vector(impl, rerun_options, device, vector):
 def test_write_verify_vector(impl, rerun_options, device, vector):
     """After a golden scenario, the canary records, the stored ring rows, the write index after each step and both counters are the stored ones, and nothing else changed."""
     _skip_missing_dtypes(vector)
-    got, stray = golden.implementation_write_verify(impl, vector, device)
-    problems = golden.differences(got, vector["expected"], vector) + stray
+    steps = golden.steps_of(vector)
+    got, stray = implementation_write_verify(impl, golden.world_of(vector), steps, device)
+    problems = differences(got, vector["expected"], [op for op, _ in steps]) + stray
     if problems:
         fail(
             f"golden vector {vector['id']} differs from the reference's result in "

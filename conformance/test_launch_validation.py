@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import strategies as st_kv
+from conformance import write_verify_support
 
 write_verify = pytest.mark.write_verify  # every test here but the fingerprint ones
 
@@ -98,7 +99,7 @@ def write_launch(impl, device) -> tuple[st_kv.MaterializedWorld, Launch]:
         expected_tokens=(11, 12, 13, 21, 22, 99),
         expected_positions=(0, 1, 2, 0, 1, 0),
     )
-    kwargs = st_kv.write_launch(impl, batch, device)
+    kwargs = write_verify_support.write_launch(impl, batch, device)
     plan = kwargs.pop("plan")
     fields = ("write_offsets", "write_seed_slot_indices", "write_num_valid_reqs")
     return made, Launch("write", context, {f: getattr(plan, f) for f in fields}, kwargs)
@@ -115,7 +116,7 @@ def verify_launch(impl, device) -> tuple[st_kv.MaterializedWorld, Launch]:
         enable=1,
         check_token=True,
     )
-    kwargs = st_kv.verify_launch(impl, batch, device)
+    kwargs = write_verify_support.verify_launch(impl, batch, device)
     plan = kwargs.pop("plan")
     fields = (
         "verify_slot_indices",

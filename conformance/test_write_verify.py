@@ -29,6 +29,7 @@ from conformance.write_verify_support import (
     assert_same_state,
     bit_names,
     code,
+    expected_reports,
     reports_of,
     run_verify,
     run_write,
@@ -139,7 +140,7 @@ def test_each_corruption_is_reported_exactly(impl, device, data):
     records = made.records()
     page_size = made.world.sources[corruption.source].page_size if made.world.sources else 1
     check_token = data.draw(st.booleans(), label="check_token")
-    expected = st_kv.expected_reports(
+    expected = expected_reports(
         chains,
         corruption,
         check_token=check_token,

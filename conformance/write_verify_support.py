@@ -1,6 +1,7 @@
-"""Write/verify glue of the suite (CONTRACT §5-§7): run a launch on the implementation and on
-the reference, snapshot what a launch may change, compare two states field by field, and tell
-what was done as a snippet that repeats it.
+"""Write/verify glue of the suite (CONTRACT §5-§7): a launch's arguments for the implementation
+and for the reference, launches run on both, snapshots of what a launch may change, two states
+compared field by field, the reports SPEC §7 requires after a corruption, the golden
+write/verify runners, and what was done told as a snippet that repeats it.
 
 The fingerprint side and what both share live in :mod:`conformance.support`; how differences
 are worded lives in :mod:`conformance.assertions`.
@@ -10,13 +11,25 @@ from __future__ import annotations
 
 import dataclasses
 import pprint
+from collections.abc import Sequence
 
 import numpy as np
+import torch
 
 import reference
 import strategies as st_kv
-from conformance.assertions import fail, record_differences, ring_row_differences
+from conformance.assertions import (
+    RECORD_FIELDS,
+    fail,
+    fail_bits_name,
+    field_differences,
+    from_hexu,
+    hexu,
+    record_differences,
+    ring_row_differences,
+)
 from conformance.support import import_impl_lines
+from strategies.chains import CHAIN, POSITION, REAL_KV, TOKEN
 
 __all__ = [
     "Snapshot",
@@ -25,12 +38,108 @@ __all__ = [
     "bit_names",
     "check_world",
     "code",
+    "differences",
+    "expected_reports",
+    "implementation_write_verify",
+    "launch_rows",
+    "reference_verify_launch",
+    "reference_write_launch",
+    "reference_write_verify",
     "reports_of",
     "run_verify",
     "run_write",
+    "state_differences",
     "story",
     "take_damage",
+    "untouched_changes",
+    "verify_launch",
+    "write_launch",
 ]
+
+# ---------------------------------------------------------------------------------------------
+# A launch's arguments: one plumbing, with torch tensors for the implementation and numpy
+# arrays for the reference.
+
+
+def _write_arguments(batch: st_kv.WriteBatch, plan, column) -> dict:
+    ids, positions, slots = batch.token_arrays()
+    expected = batch.input_assert
+    return dict(
+        plan=plan,
+        input_ids=column(ids),
+        positions=column(positions),
+        out_cache_loc=column(slots),
+        enable_write_input_assert=batch.input_assert,
+        expected_input_tokens=column(batch.expected_tokens) if expected else None,
+        expected_input_positions=column(batch.expected_positions) if expected else None,
+    )
+
+
+def _verify_columns(batch: st_kv.VerifyBatch) -> dict:
+    return {
+        "verify_slot_indices": batch.slots,
+        "verify_expected_tokens": batch.expected_tokens,
+        "verify_expected_positions": batch.expected_positions,
+        "verify_prev_slot_indices": batch.prev_slots,
+    }
+
+
+def _host_column(values) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64).reshape(-1)
+
+
+def write_launch(impl, batch: st_kv.WriteBatch, device) -> dict:
+    """Keyword arguments of ``impl.launch_canary_write_kernel`` for ``batch`` (all but ``context``)."""
+    plan = impl.WritePlan.allocate(write_req_capacity=batch.capacity, device=device)
+    plan.write_offsets.copy_(torch.tensor(batch.offsets(), dtype=torch.int64))
+    plan.write_seed_slot_indices.copy_(
+        torch.tensor([r.seed for r in batch.requests], dtype=torch.int64)
+    )
+    plan.write_num_valid_reqs.fill_(batch.num_valid)
+    return _write_arguments(
+        batch, plan, lambda values: torch.tensor(values, dtype=torch.int64, device=device)
+    )
+
+
+def reference_write_launch(batch: st_kv.WriteBatch) -> dict:
+    """The numpy twin of :func:`write_launch`, for ``reference.write``."""
+    plan = reference.WritePlan(
+        write_offsets=_host_column(batch.offsets()),
+        write_seed_slot_indices=_host_column([r.seed for r in batch.requests]),
+        write_num_valid_reqs=np.asarray([batch.num_valid], dtype=np.int32),
+    )
+    return _write_arguments(batch, plan, _host_column)
+
+
+def verify_launch(impl, batch: st_kv.VerifyBatch, device) -> dict:
+    """Keyword arguments of ``impl.launch_canary_verify_kernel`` for ``batch`` (all but ``context``)."""
+    plan = impl.VerifyPlan.allocate(verify_capacity=batch.capacity, device=device)
+    for name, values in _verify_columns(batch).items():
+        getattr(plan, name).copy_(torch.tensor(values, dtype=torch.int64))
+    plan.verify_num_valid.fill_(batch.num_valid)
+    plan.enable.fill_(batch.enable)
+    return dict(plan=plan, check_verify_expected_token=batch.check_token)
+
+
+def reference_verify_launch(batch: st_kv.VerifyBatch) -> dict:
+    """The numpy twin of :func:`verify_launch`, for ``reference.verify``."""
+    plan = reference.VerifyPlan(
+        **{name: _host_column(values) for name, values in _verify_columns(batch).items()},
+        verify_num_valid=np.asarray([batch.num_valid], dtype=np.int32),
+        enable=np.asarray([batch.enable], dtype=np.int32),
+    )
+    return dict(plan=plan, check_verify_expected_token=batch.check_token)
+
+
+# ---------------------------------------------------------------------------------------------
+# States: what a launch may change, and how two states differ.
+
+
+def launch_rows(ring: np.ndarray, since: int, until: int) -> np.ndarray:
+    """The ring rows stored while the write index went from ``since`` to ``until``, sorted:
+    their order inside a launch is unspecified (SPEC §5), so only their multiset counts."""
+    stored = ring[min(since, len(ring)) : min(until, len(ring))]
+    return stored[np.lexsort(stored.T[::-1])] if len(stored) else stored
 
 
 @dataclasses.dataclass
@@ -63,37 +172,51 @@ class Snapshot:
             kernel_run_counter=int(state.kernel_run_counter[0]),
         )
 
+    def records(self) -> np.ndarray:
+        """The four int64 fields of every slot, ``[num_slots, 4]``."""
+        return np.ascontiguousarray(self.canary_buf[:, :32]).view("<i8").reshape(-1, 4)
+
     def new_rows(self, since: int) -> np.ndarray:
         """Rows stored since write index ``since``, sorted (order in a launch is unspecified)."""
-        stored = self.ring[min(since, len(self.ring)) : min(self.write_index, len(self.ring))]
-        return stored[np.lexsort(stored.T[::-1])] if len(stored) else stored
+        return launch_rows(self.ring, since, self.write_index)
 
 
-def story(impl, device, made: st_kv.MaterializedWorld) -> str:
-    """The calls made on ``made`` so far, as a snippet that repeats them, has the reference
-    repeat them too, and asserts after each launch that both hold the same state; pasted into
-    a Python shell at the repository's root, it fails where the test failed."""
-    lines = [
-        *import_impl_lines(impl.__name__, device),
-        "from strategies import *",
-        "from conformance.write_verify_support import check_world, take_damage",
-    ]
-    for entry in made.log:
-        if entry.startswith("made = materialize_world("):
-            lines += code("world", made.world).splitlines()
-            lines += ["made = materialize_world(world, device)", "state = made.reference_state()"]
-        elif entry.startswith("apply_corruption("):
-            lines += [entry, "take_damage(made, state)  # the reference sees the same damage"]
-        else:
-            lines += entry.splitlines()
-    return "\n".join("    " + line for line in lines)
+def untouched_changes(got: Snapshot, want: Snapshot, *, start: int, end: int) -> list[str]:
+    """What differs where no launch may write: bytes past the 32 record bytes of a slot, and
+    ring rows outside the rows the launches stored (write indices ``start`` to ``end``)."""
+    problems = []
+    tails = np.flatnonzero((got.canary_buf[:, 32:] != want.canary_buf[:, 32:]).any(axis=1))
+    if tails.size:
+        problems.append(f"canary_buf bytes past 32 changed in slots {tails.tolist()}")
+    capacity = len(want.ring)
+    lo = min(start, capacity)
+    hi = max(lo, min(end, capacity))
+    outside = np.r_[0:lo, hi:capacity]
+    moved = outside[(got.ring[outside] != want.ring[outside]).any(axis=1)]
+    if moved.size:
+        problems.append(
+            f"ring rows {moved.tolist()} changed, outside the rows [{lo}, {hi}) the launches "
+            "stored (a wrap or a stray store)"
+        )
+    return problems
 
 
-def code(name: str, value) -> str:
-    """``name = value`` with the value's repr wrapped to keep lines under 100 columns."""
-    return f"{name} = " + pprint.pformat(value, width=90, sort_dicts=False).replace(
-        "\n", "\n" + " " * (len(name) + 3)
-    )
+def state_differences(got: Snapshot, want: Snapshot, *, since: int) -> list[str]:
+    """Every difference between two states whose launches started at write index ``since``:
+    index and counters, canary records field by field, the rows stored since (as a multiset)
+    and anything changed where no launch may write."""
+    problems = []
+    for name, label in (
+        ("write_index", "violation_write_index"),
+        ("slot_run_counter", "slot_run_counter"),
+        ("kernel_run_counter", "kernel_run_counter"),
+    ):
+        if getattr(got, name) != getattr(want, name):
+            problems.append(f"{label} got {getattr(got, name)}, want {getattr(want, name)}")
+    problems += untouched_changes(got, want, start=since, end=want.write_index)
+    problems += record_differences(got.records(), want.records())
+    problems += ring_row_differences(got.new_rows(since), want.new_rows(since))
+    return problems
 
 
 def assert_same_state(
@@ -105,75 +228,14 @@ def assert_same_state(
     ``ring row 0 (slot 7): expected_token got 0, want -1``.
     """
     __tracebackhide__ = True
-    problems = []
-    for name in ("write_index", "slot_run_counter", "kernel_run_counter"):
-        if getattr(got, name) != getattr(want, name):
-            problems.append(f"{name} got {getattr(got, name)}, want {getattr(want, name)}")
-    if not np.array_equal(got.canary_buf[:, 32:], want.canary_buf[:, 32:]):
-        slots = np.flatnonzero((got.canary_buf[:, 32:] != want.canary_buf[:, 32:]).any(axis=1))
-        problems.append(f"canary_buf bytes past 32 changed in slots {slots.tolist()}")
-    records = [np.ascontiguousarray(s.canary_buf[:, :32]).view("<i8") for s in (got, want)]
-    problems += record_differences(*records)
-    cap = len(want.ring)
-    start, end = min(index_before, cap), min(want.write_index, cap)
-    untouched = np.r_[0:start, end:cap]
-    stray = untouched[(got.ring[untouched] != want.ring[untouched]).any(axis=1)]
-    if stray.size:
-        problems.append(
-            f"ring rows {stray.tolist()} changed, outside this launch's rows [{start}, {end}) "
-            "(a wrapping or stray store)"
-        )
-    problems += ring_row_differences(got.new_rows(index_before), want.new_rows(index_before))
+    problems = state_differences(got, want, since=index_before)
     if problems:
         fail(f"{what}:\n  " + "\n  ".join(problems), config=config, repro=repro)
 
 
-def run_write(impl, world, batch, device, state=None):
-    """Write ``batch`` with the implementation and (if given) the reference state."""
-    world.log.append(
-        "\n".join(
-            [
-                code("batch", batch),
-                "impl.launch_canary_write_kernel(context=made.context(impl), "
-                "**write_launch(impl, batch, device))",
-                "reference.write(state, **reference_write_launch(batch))",
-                f'check_world(made, state, "after launch {batch_number(world)} (write)")',
-            ]
-        )
-    )
-    impl.launch_canary_write_kernel(
-        context=world.context(impl), **st_kv.write_launch(impl, batch, device)
-    )
-    if state is not None:
-        reference.write(state, **st_kv.reference_write_launch(batch))
-
-
-def run_verify(impl, world, batch, device, state=None):
-    """Verify ``batch`` with the implementation and (if given) the reference state."""
-    world.log.append(
-        "\n".join(
-            [
-                code("batch", batch),
-                "impl.launch_canary_verify_kernel(context=made.context(impl), "
-                "**verify_launch(impl, batch, device))",
-                "reference.verify(state, **reference_verify_launch(batch))",
-                f'check_world(made, state, "after launch {batch_number(world)} (verify)")',
-            ]
-        )
-    )
-    impl.launch_canary_verify_kernel(
-        context=world.context(impl), **st_kv.verify_launch(impl, batch, device)
-    )
-    if state is not None:
-        reference.verify(state, **st_kv.reference_verify_launch(batch))
-
-
-def batch_number(world) -> int:
-    """How many launches ``world`` has seen before this one (its log's launch entries)."""
-    return sum(1 for entry in world.log if entry.startswith("batch = "))
-
-
 def reports_of(snapshot: Snapshot, since: int) -> dict[int, int]:
+    """``{slot: FailReason bits}`` of the rows stored since write index ``since`` (one verify);
+    a slot reported twice fails."""
     reports: dict[int, int] = {}
     for row in snapshot.new_rows(since):
         slot, bits = int(row[1]), int(row[7])
@@ -186,43 +248,151 @@ def reports_of(snapshot: Snapshot, since: int) -> dict[int, int]:
 
 
 def bit_names(reports: dict[int, int]) -> str:
-    names = {1: "CHAIN", 2: "POSITION", 4: "REAL_KV", 8: "W_TOKEN", 16: "W_POSITION", 32: "TOKEN"}
-    return (
-        "{"
-        + ", ".join(
-            f"{slot}: " + "|".join(n for b, n in names.items() if bits & b)
-            for slot, bits in sorted(reports.items())
-        )
-        + "}"
+    """``{slot: bits}`` with the bits by name: ``{3: CHAIN|REAL_KV, 5: TOKEN}``."""
+    return "{" + ", ".join(f"{s}: {fail_bits_name(b)}" for s, b in sorted(reports.items())) + "}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The second oracle: the reports a corruption must cause, from SPEC §7 alone.
+
+
+def expected_reports(
+    chains: tuple[st_kv.Chain, ...],
+    corruption: st_kv.Corruption,
+    *,
+    check_token: bool,
+    page_size: int = 1,
+    stored=None,
+) -> dict[int, int]:
+    """The ``{slot: FailReason bits}`` that verifying :func:`strategies.plan_for_chains` (token
+    check ``check_token``) must report after ``corruption``, worked out from SPEC §7 alone.
+
+    The chains must avoid slot 0 (verify skips it, and prev slot 0 means "unchecked").
+    ``page_size`` is that of the swapped source for a page swap; ``stored(slot)`` gives a
+    slot's record ``(token, position, prev_hash, real_kv_hash)`` before the corruption (a
+    stale record is compared field by field). Sources are densely filled, so two different
+    windows never hold the same bytes.
+    """
+    entries = st_kv.plan_for_chains(chains)
+    successors: dict[int, list[int]] = {}
+    for slot, _, _, prev in entries:
+        if prev >= 0:
+            successors.setdefault(prev, []).append(slot)  # chains may fork from one seed
+    expected_token = {slot: token for slot, token, _, _ in entries}
+    reports: dict[int, int] = {}
+
+    def add(slot: int, bits: int) -> None:
+        if bits:
+            reports[slot] = reports.get(slot, 0) | bits
+
+    kind = corruption.kind
+    if kind == "field":
+        slot, field = corruption.slot, corruption.field
+        token_checked = check_token and expected_token[slot] != -1
+        add(slot, {0: TOKEN if token_checked else 0, 1: POSITION, 2: CHAIN, 3: REAL_KV}[field])
+        if field != 3:
+            for after in successors.get(slot, ()):
+                add(after, CHAIN)  # mix3 is a bijection in each argument
+    elif kind == "kv_inside":
+        add(corruption.slot, REAL_KV)
+    elif kind == "page_swap" and corruption.slot != corruption.other:
+        for slot in expected_token:
+            if slot // page_size in (corruption.slot, corruption.other):
+                add(slot, REAL_KV)
+    elif kind == "stale":
+        slot = corruption.slot
+        mine, stale = stored(slot), stored(corruption.other)
+        token_checked = check_token and expected_token[slot] != -1
+        add(slot, TOKEN if token_checked and stale[0] != mine[0] else 0)
+        add(slot, POSITION if stale[1] != mine[1] else 0)
+        add(slot, CHAIN if stale[2] != mine[2] else 0)
+        add(slot, REAL_KV if stale[3] != mine[3] else 0)
+        if stale[:3] != mine[:3]:
+            for after in successors.get(slot, ()):
+                add(after, CHAIN)
+    return reports
+
+
+# ---------------------------------------------------------------------------------------------
+# Launches on the implementation and the reference, and the story of what was done.
+
+
+def code(name: str, value) -> str:
+    """``name = value`` with the value's repr wrapped to keep lines under 100 columns."""
+    return f"{name} = " + pprint.pformat(value, width=90, sort_dicts=False).replace(
+        "\n", "\n" + " " * (len(name) + 3)
     )
 
 
-# Helpers the reproduction snippets call (see story).
+def batch_number(world) -> int:
+    """How many launches ``world`` has seen before this one (its log's launch entries)."""
+    return sum(1 for entry in world.log if entry.startswith("batch = "))
+
+
+def _run(kind: str, impl, world, batch, device, state) -> None:
+    """One ``kind`` launch ("write" or "verify") of ``batch``, logged for :func:`story`."""
+    world.log.append(
+        "\n".join(
+            [
+                code("batch", batch),
+                f"impl.launch_canary_{kind}_kernel(context=made.context(impl), "
+                f"**{kind}_launch(impl, batch, device))",
+                f"reference.{kind}(state, **reference_{kind}_launch(batch))",
+                f'check_world(made, state, "after launch {batch_number(world)} ({kind})")',
+            ]
+        )
+    )
+    launch = (
+        impl.launch_canary_write_kernel if kind == "write" else impl.launch_canary_verify_kernel
+    )
+    arguments = write_launch if kind == "write" else verify_launch
+    launch(context=world.context(impl), **arguments(impl, batch, device))
+    if state is not None:
+        twin = reference_write_launch if kind == "write" else reference_verify_launch
+        getattr(reference, kind)(state, **twin(batch))
+
+
+def run_write(impl, world, batch, device, state=None):
+    """Write ``batch`` with the implementation and (if given) the reference state."""
+    _run("write", impl, world, batch, device, state)
+
+
+def run_verify(impl, world, batch, device, state=None):
+    """Verify ``batch`` with the implementation and (if given) the reference state."""
+    _run("verify", impl, world, batch, device, state)
+
+
+def story(impl, device, made: st_kv.MaterializedWorld) -> str:
+    """The calls made on ``made`` so far, as a snippet that repeats them, has the reference
+    repeat them too, and asserts after each launch that both hold the same state; pasted into
+    a Python shell at the repository's root, it fails where the test failed."""
+    lines = [
+        *import_impl_lines(impl.__name__, device),
+        "from strategies import *",
+        "from conformance.write_verify_support import (",
+        "    check_world, reference_verify_launch, reference_write_launch, take_damage,",
+        "    verify_launch, write_launch,",
+        ")",
+    ]
+    for entry in made.log:
+        if entry.startswith("made = materialize_world("):
+            lines += code("world", made.world).splitlines()
+            lines += ["made = materialize_world(world, device)", "state = made.reference_state()"]
+        elif entry.startswith("apply_corruption("):
+            lines += [entry, "take_damage(made, state)  # the reference sees the same damage"]
+        else:
+            lines += entry.splitlines()
+    return "\n".join("    " + line for line in lines)
+
+
+# Helpers the reproduction snippets call.
 
 
 def check_world(made, state, what: str) -> None:
     """The implementation's world ``made`` holds what the reference ``state`` holds: records,
     write index, counters and ring rows (compared as a multiset: row order inside a launch is
     unspecified). Raises an AssertionError naming each differing field."""
-    got = made.reference_state()
-    problems = []
-    for name in ("violation_write_index", "slot_run_counter", "kernel_run_counter"):
-        g, w = int(getattr(got, name)[0]), int(getattr(state, name)[0])
-        if g != w:
-            problems.append(f"{name} got {g}, want {w}")
-    if not np.array_equal(got.canary_buf[:, 32:], state.canary_buf[:, 32:]):
-        problems.append("canary_buf bytes past the 32 record bytes changed")
-    records = [np.ascontiguousarray(s.canary_buf[:, :32]).view("<i8") for s in (got, state)]
-    problems += record_differences(*records)
-    # rows each side stored (below its own write index), as a multiset; the rest untouched
-    cap = len(state.violation_ring)
-    got_end = min(int(got.violation_write_index[0]), cap)
-    want_end = min(int(state.violation_write_index[0]), cap)
-    problems += ring_row_differences(got.violation_ring[:got_end], state.violation_ring[:want_end])
-    rest = max(got_end, want_end)
-    stray = np.flatnonzero((got.violation_ring[rest:] != state.violation_ring[rest:]).any(axis=1))
-    if stray.size:
-        problems.append(f"ring rows {(stray + rest).tolist()} changed past the stored rows")
+    problems = state_differences(Snapshot.of_world(made), Snapshot.of_state(state), since=0)
     assert not problems, f"{what}:\n  " + "\n  ".join(problems)
 
 
@@ -232,3 +402,100 @@ def take_damage(made, state) -> None:
     fresh = made.reference_state()
     state.canary_buf = fresh.canary_buf
     state.real_kv_sources = fresh.real_kv_sources
+
+
+# ---------------------------------------------------------------------------------------------
+# Golden write/verify scenarios (conformance/golden/write_verify.json): the final state in
+# the stored form, on the reference and on the implementation, and how two of them differ.
+
+
+def _observed(final: Snapshot, index_start: int, index_after: Sequence[int]) -> dict:
+    """``final`` as the files store it: records and the rows each launch stored (sorted within
+    the launch) as u64 hex, the write index after every step, both counters."""
+    pieces, before = [final.ring[:0]], index_start
+    for after in index_after:
+        pieces.append(launch_rows(final.ring, before, after))
+        before = after
+    return {
+        "records": [[hexu(v) for v in record] for record in final.records()],
+        "ring_rows": [[hexu(v) for v in row] for row in np.concatenate(pieces)],
+        "write_index_after_step": [int(i) for i in index_after],
+        "write_index": int(index_after[-1]) if index_after else int(index_start),
+        "slot_run_counter": int(final.slot_run_counter),
+        "kernel_run_counter": int(final.kernel_run_counter),
+    }
+
+
+def reference_write_verify(world: st_kv.CanaryWorld, steps) -> dict:
+    """The final state the reference reaches after ``steps`` (``(op, description)`` pairs)."""
+    made = st_kv.materialize_world(world, "cpu")
+    state = made.reference_state()
+    index_start = int(state.violation_write_index[0])
+    index_after = []
+    for op, step in steps:
+        if op == "write":
+            reference.write(state, **reference_write_launch(step))
+        elif op == "verify":
+            reference.verify(state, **reference_verify_launch(step))
+        else:
+            # Corruptions act on tensors: give the world the reference's records, damage it,
+            # and take the damaged records and KV bytes back.
+            made.canary_buf.copy_(torch.from_numpy(state.canary_buf))
+            st_kv.apply_corruption(made, step)
+            take_damage(made, state)
+        index_after.append(int(state.violation_write_index[0]))
+    return _observed(Snapshot.of_state(state), index_start, index_after)
+
+
+def implementation_write_verify(
+    impl, world: st_kv.CanaryWorld, steps, device
+) -> tuple[dict, list[str]]:
+    """What ``impl`` leaves on ``device`` after ``steps``, in the stored form.
+
+    Also returns what changed that no launch may touch and the files do not store: bytes
+    past the 32 record bytes of a slot, and ring rows outside the range the launches stored.
+    """
+    made = st_kv.materialize_world(world, device)
+    before = Snapshot.of_world(made)
+    index_after = []
+    for op, step in steps:
+        if op == "write":
+            run_write(impl, made, step, device)
+        elif op == "verify":
+            run_verify(impl, made, step, device)
+        else:
+            st_kv.apply_corruption(made, step)
+        index_after.append(int(made.violation_write_index.item()))
+    final = Snapshot.of_world(made)
+    end = index_after[-1] if index_after else before.write_index
+    stray = untouched_changes(final, before, start=before.write_index, end=end)
+    return _observed(final, before.write_index, index_after), stray
+
+
+def differences(got: dict, want: dict, ops: Sequence[str], *, limit: int = 12) -> list[str]:
+    """What differs between two stored-form final states of a scenario whose steps are
+    ``ops``, one line per difference, each field by name (``slot 3: prev_hash got 0x...,
+    want 0x...``, ``ring row 0 (slot 7): expected_token got 0, want -1``), launch tags and
+    violation bits by name, every line under 100 columns."""
+    problems = []
+    for k, (g, w) in enumerate(
+        zip(got["write_index_after_step"], want["write_index_after_step"], strict=True)
+    ):
+        if g != w:
+            problems.append(f"write index after step {k} ({ops[k]}) got {g}, want {w}")
+    for name in ("slot_run_counter", "kernel_run_counter"):
+        if got[name] != want[name]:
+            problems.append(f"{name} got {got[name]}, want {want[name]}")
+    for slot, (g, w) in enumerate(zip(got["records"], want["records"], strict=True)):
+        g_values = [from_hexu(v) for v in g]
+        w_values = [from_hexu(v) for v in w]
+        for line in field_differences(RECORD_FIELDS, g_values, w_values):
+            problems.append(f"slot {slot}: {line}")
+    got_rows = [[from_hexu(v) for v in row] for row in got["ring_rows"]]
+    want_rows = [[from_hexu(v) for v in row] for row in want["ring_rows"]]
+    if len(got_rows) != len(want_rows):
+        problems.append(f"{len(got_rows)} ring rows stored, want {len(want_rows)}")
+    problems += ring_row_differences(got_rows, want_rows, limit=limit)
+    if len(problems) > limit:
+        problems = problems[:limit] + [f"... and {len(problems) - limit} more"]
+    return problems

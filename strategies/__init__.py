@@ -17,8 +17,9 @@ re-exports all of them, so ``import strategies`` itself loads torch.
 - :func:`invalid_source_cases`, :func:`multi_invalid_source_cases`: arguments that break
   SPEC §3 rules, with the exact error expected.
 - :func:`canary_worlds`, :func:`write_batches`, :func:`verify_batches`, :func:`corruptions`:
-  write/verify launches (SPEC §5-§7) as plain data; :func:`materialize_world`,
-  :func:`write_launch`, :func:`verify_launch` and :func:`apply_corruption` make them real.
+  write/verify launches (SPEC §5-§7) as plain data; :func:`materialize_world` and
+  :func:`apply_corruption` make them real (a launch's arguments, and the reports a corruption
+  must cause, are the suite's: ``conformance.write_verify_support``).
 - :func:`describe`: any ``tensor=`` object as a torch-free ``reference.SourceDescription``.
 
 Typical use::
@@ -42,7 +43,6 @@ from strategies.chains import (
     canary_worlds,
     chains_written,
     corruptions,
-    expected_reports,
     plan_for_chains,
     ring_starts,
     verify_batches,
@@ -86,10 +86,6 @@ from strategies.materialize import (
     materialize_object,
     materialize_shared,
     materialize_world,
-    reference_verify_launch,
-    reference_write_launch,
-    verify_launch,
-    write_launch,
 )
 
 __all__ = [
@@ -104,16 +100,11 @@ __all__ = [
     "canary_worlds",
     "chains_written",
     "corruptions",
-    "expected_reports",
     "materialize_world",
     "plan_for_chains",
-    "reference_verify_launch",
-    "reference_write_launch",
     "ring_starts",
     "verify_batches",
-    "verify_launch",
     "write_batches",
-    "write_launch",
     "ELEMENT_SIZES",
     "FingerprintCase",
     "fingerprint_cases",

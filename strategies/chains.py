@@ -5,8 +5,9 @@ A :class:`CanaryWorld` is everything a launch sees besides its plan: the KV sour
 mode, the canary buffer, the violation ring and the counters. A :class:`WriteBatch` is one
 write launch; :func:`chains_written` says which chains it leaves behind, and
 :func:`verify_batches` draws verify plans over those chains. :func:`corruptions` draws one
-thing going wrong between the write and the verify, with the report it must cause
-(:func:`expected_reports`). :mod:`strategies.materialize` turns all of these into tensors.
+thing going wrong between the write and the verify (the reports it must cause are worked out
+by ``conformance.write_verify_support.expected_reports``). :mod:`strategies.materialize`
+turns all of these into tensors.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ __all__ = [
     "canary_worlds",
     "chains_written",
     "corruptions",
-    "expected_reports",
     "plan_for_chains",
     "ring_starts",
     "verify_batches",
@@ -662,60 +662,3 @@ def _unread_offsets(layout: SourceLayout, mode: int) -> np.ndarray:
     starts = slot_window_starts(layout)
     read[(starts[:, None] + np.arange(length, dtype=np.int64)).ravel()] = True
     return np.flatnonzero(~read)
-
-
-def expected_reports(
-    chains: tuple[Chain, ...],
-    corruption: Corruption,
-    *,
-    check_token: bool,
-    page_size: int = 1,
-    stored=None,
-) -> dict[int, int]:
-    """The ``{slot: FailReason bits}`` that verifying :func:`plan_for_chains` (token check
-    ``check_token``) must report after ``corruption``, worked out from SPEC §7 alone.
-
-    The chains must avoid slot 0 (verify skips it, and prev slot 0 means "unchecked").
-    ``page_size`` is that of the swapped source for a page swap; ``stored(slot)`` gives a
-    slot's record ``(token, position, prev_hash, real_kv_hash)`` before the corruption (a
-    stale record is compared field by field). Sources are densely filled, so two different
-    windows never hold the same bytes.
-    """
-    entries = plan_for_chains(chains)
-    successors: dict[int, list[int]] = {}
-    for slot, _, _, prev in entries:
-        if prev >= 0:
-            successors.setdefault(prev, []).append(slot)  # chains may fork from one seed
-    expected_token = {slot: token for slot, token, _, _ in entries}
-    reports: dict[int, int] = {}
-
-    def add(slot: int, bits: int) -> None:
-        if bits:
-            reports[slot] = reports.get(slot, 0) | bits
-
-    kind = corruption.kind
-    if kind == "field":
-        slot, field = corruption.slot, corruption.field
-        token_checked = check_token and expected_token[slot] != -1
-        add(slot, {0: TOKEN if token_checked else 0, 1: POSITION, 2: CHAIN, 3: REAL_KV}[field])
-        if field != 3:
-            for after in successors.get(slot, ()):
-                add(after, CHAIN)  # mix3 is a bijection in each argument
-    elif kind == "kv_inside":
-        add(corruption.slot, REAL_KV)
-    elif kind == "page_swap" and corruption.slot != corruption.other:
-        for slot in expected_token:
-            if slot // page_size in (corruption.slot, corruption.other):
-                add(slot, REAL_KV)
-    elif kind == "stale":
-        slot = corruption.slot
-        mine, stale = stored(slot), stored(corruption.other)
-        token_checked = check_token and expected_token[slot] != -1
-        add(slot, TOKEN if token_checked and stale[0] != mine[0] else 0)
-        add(slot, POSITION if stale[1] != mine[1] else 0)
-        add(slot, CHAIN if stale[2] != mine[2] else 0)
-        add(slot, REAL_KV if stale[3] != mine[3] else 0)
-        if stale[:3] != mine[:3]:
-            for after in successors.get(slot, ()):
-                add(after, CHAIN)
-    return reports

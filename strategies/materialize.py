@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 import reference
-from strategies.chains import CanaryWorld, Corruption, VerifyBatch, WriteBatch
+from strategies.chains import CanaryWorld, Corruption
 from strategies.layouts import ELEMENT_SIZES, SourceLayout, _align16, slot_window_starts
 
 __all__ = [
@@ -28,10 +28,6 @@ __all__ = [
     "MaterializedWorld",
     "apply_corruption",
     "materialize_world",
-    "reference_verify_launch",
-    "reference_write_launch",
-    "verify_launch",
-    "write_launch",
     "available_dtypes",
     "describe",
     "layout_bytes",
@@ -362,85 +358,6 @@ def materialize_world(world: CanaryWorld, device) -> MaterializedWorld:
     )
     made.log.append(f"made = materialize_world({world!r}, device)")
     return made
-
-
-def write_launch(impl, batch: WriteBatch, device) -> dict:
-    """Keyword arguments of ``impl.launch_canary_write_kernel`` for ``batch`` (all but ``context``)."""
-    ids, positions, slots = batch.token_arrays()
-    plan = impl.WritePlan.allocate(write_req_capacity=batch.capacity, device=device)
-    plan.write_offsets.copy_(torch.tensor(batch.offsets(), dtype=torch.int64))
-    plan.write_seed_slot_indices.copy_(
-        torch.tensor([r.seed for r in batch.requests], dtype=torch.int64)
-    )
-    plan.write_num_valid_reqs.fill_(batch.num_valid)
-
-    def column(values):
-        return torch.tensor(values, dtype=torch.int64, device=device)
-
-    return dict(
-        plan=plan,
-        input_ids=column(ids),
-        positions=column(positions),
-        out_cache_loc=column(slots),
-        enable_write_input_assert=batch.input_assert,
-        expected_input_tokens=column(batch.expected_tokens) if batch.input_assert else None,
-        expected_input_positions=column(batch.expected_positions) if batch.input_assert else None,
-    )
-
-
-def reference_write_launch(batch: WriteBatch) -> dict:
-    """The numpy twin of :func:`write_launch`, for ``reference.write``."""
-    ids, positions, slots = batch.token_arrays()
-    plan = reference.WritePlan(
-        write_offsets=np.asarray(batch.offsets(), dtype=np.int64),
-        write_seed_slot_indices=np.asarray([r.seed for r in batch.requests], dtype=np.int64),
-        write_num_valid_reqs=np.asarray([batch.num_valid], dtype=np.int32),
-    )
-
-    def column(values):
-        return np.asarray(values, dtype=np.int64).reshape(-1)
-
-    return dict(
-        plan=plan,
-        input_ids=column(ids),
-        positions=column(positions),
-        out_cache_loc=column(slots),
-        enable_write_input_assert=batch.input_assert,
-        expected_input_tokens=column(batch.expected_tokens) if batch.input_assert else None,
-        expected_input_positions=column(batch.expected_positions) if batch.input_assert else None,
-    )
-
-
-def verify_launch(impl, batch: VerifyBatch, device) -> dict:
-    """Keyword arguments of ``impl.launch_canary_verify_kernel`` for ``batch`` (all but ``context``)."""
-    plan = impl.VerifyPlan.allocate(verify_capacity=batch.capacity, device=device)
-    for name, values in (
-        ("verify_slot_indices", batch.slots),
-        ("verify_expected_tokens", batch.expected_tokens),
-        ("verify_expected_positions", batch.expected_positions),
-        ("verify_prev_slot_indices", batch.prev_slots),
-    ):
-        getattr(plan, name).copy_(torch.tensor(values, dtype=torch.int64))
-    plan.verify_num_valid.fill_(batch.num_valid)
-    plan.enable.fill_(batch.enable)
-    return dict(plan=plan, check_verify_expected_token=batch.check_token)
-
-
-def reference_verify_launch(batch: VerifyBatch) -> dict:
-    """The numpy twin of :func:`verify_launch`, for ``reference.verify``."""
-
-    def column(values):
-        return np.asarray(values, dtype=np.int64).reshape(-1)
-
-    plan = reference.VerifyPlan(
-        verify_slot_indices=column(batch.slots),
-        verify_expected_tokens=column(batch.expected_tokens),
-        verify_expected_positions=column(batch.expected_positions),
-        verify_prev_slot_indices=column(batch.prev_slots),
-        verify_num_valid=np.asarray([batch.num_valid], dtype=np.int32),
-        enable=np.asarray([batch.enable], dtype=np.int32),
-    )
-    return dict(plan=plan, check_verify_expected_token=batch.check_token)
 
 
 def apply_corruption(world: MaterializedWorld, corruption: Corruption) -> None:

@@ -12,6 +12,7 @@ import torch
 
 import canary
 import strategies as st_kv
+from conformance.write_verify_support import verify_launch, write_launch
 
 GPUS = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
 
@@ -70,14 +71,14 @@ def run_everything(device: str) -> dict:
     )
     for batch in (first, second):
         canary.launch_canary_write_kernel(
-            context=made.context(canary), **st_kv.write_launch(canary, batch, device)
+            context=made.context(canary), **write_launch(canary, batch, device)
         )
     st_kv.apply_corruption(made, st_kv.Corruption("field", slot=2, field=0, bit=5))
     chains = st_kv.chains_written(first) + st_kv.chains_written(second)
     columns = [tuple(column) for column in zip(*st_kv.plan_for_chains(chains), strict=True)]
     verify = st_kv.VerifyBatch(*columns, num_valid=len(columns[0]), enable=1, check_token=True)
     canary.launch_canary_verify_kernel(
-        context=made.context(canary), **st_kv.verify_launch(canary, verify, device)
+        context=made.context(canary), **verify_launch(canary, verify, device)
     )
     for name in ("canary_buf", "violation_write_index", "slot_run_counter", "kernel_run_counter"):
         results[name] = getattr(made, name).cpu().numpy()

@@ -10,6 +10,8 @@ import pytest
 
 import strategies as st_kv
 from conformance import golden
+from conformance.assertions import hexu
+from conformance.golden.__main__ import main
 
 SPEC_PINNED = {
     "fp-spec-16-bytes-partial": "0x6041580849e6407d",
@@ -55,7 +57,7 @@ def test_regeneration_is_deterministic(rendered):
 
 def test_check_command_passes_on_the_stored_files(capsys):
     """``--check`` exits 0 on the files as stored and says they are up to date."""
-    assert golden.main(["--check"]) == 0
+    assert main(["--check"]) == 0
     assert "up to date" in capsys.readouterr().out
 
 
@@ -65,19 +67,19 @@ def test_check_fails_on_a_stale_file_and_write_restores_it(tmp_path, capsys):
         shutil.copy(golden.GOLDEN_DIR / name, tmp_path / name)
     path = tmp_path / golden.FINGERPRINT_FILE
     doc = json.loads(path.read_text(encoding="utf-8"))
-    doc["vectors"][0]["hashes"][0] = golden.hex64(12345)
+    doc["vectors"][0]["hashes"][0] = hexu(12345)
     stale = golden._dumps(doc) + "\n"
     path.write_text(stale, encoding="utf-8")
     capsys.readouterr()
 
-    assert golden.main(["--check"], directory=tmp_path) == 1
+    assert main(["--check"], directory=tmp_path) == 1
     out = capsys.readouterr().out
     assert doc["vectors"][0]["id"] in out and "hashes" in out
-    assert golden.main([], directory=tmp_path) == 0
+    assert main([], directory=tmp_path) == 0
     assert path.read_text(encoding="utf-8") == stale
-    assert golden.main(["--write"], directory=tmp_path) == 0
+    assert main(["--write"], directory=tmp_path) == 0
     assert path.read_bytes() == (golden.GOLDEN_DIR / golden.FINGERPRINT_FILE).read_bytes()
-    assert golden.main(["--check"], directory=tmp_path) == 0
+    assert main(["--check"], directory=tmp_path) == 0
 
 
 def test_files_are_small(rendered):
@@ -135,7 +137,7 @@ def test_fingerprint_vectors_cover_the_features(fingerprint_vectors):
     for vector in fingerprint_vectors:
         assert len(vector["hashes"]) == len(vector["slots"]), vector["id"]
         if vector["mode"] == 0 or not vector["sources"]:
-            assert set(vector["hashes"]) <= {golden.hex64(0)}, vector["id"]
+            assert set(vector["hashes"]) <= {hexu(0)}, vector["id"]
 
 
 def _steps(vectors, op):

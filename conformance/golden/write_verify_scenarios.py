@@ -1,0 +1,559 @@
+"""The golden write/verify scenarios (``write_verify.json``), listed by hand: no Hypothesis draws.
+
+Each is a dict with a stable ``id``, a one-line ``what``, a :class:`~strategies.CanaryWorld`
+and its steps (``write``: a :class:`~strategies.WriteBatch`, ``corrupt``: a
+:class:`~strategies.Corruption`, ``verify``: a :class:`~strategies.VerifyBatch`), each launch
+defined by SPEC §6; :mod:`conformance.golden` adds the reference's final state and stores it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import strategies as st_kv
+from strategies import CanaryWorld, Corruption, SourceLayout, VerifyBatch, WriteBatch, WriteRequest
+from strategies.chains import INT64_MAX, INT64_MIN
+
+__all__ = ["write_verify_scenarios"]
+
+_KV = st_kv.layout(
+    dtype="float16",
+    rows=3,
+    page_size=4,
+    num_bytes_per_token=32,
+    hole_bytes=16,
+    gap_bytes=16,
+    offset_bytes=16,
+    tail_bytes=3,
+    seed=200,
+)
+
+
+def _world(
+    *,
+    sources: Sequence[SourceLayout] = (_KV,),
+    mode: int = 2,
+    num_slots: int = 12,
+    slot_stride_bytes: int = 32,
+    ring_capacity: int = 8,
+    ring_start: int = 0,
+    kernel_kind: int = 0,
+    chain_assert: int = 1,
+    seed: int = 1,
+) -> CanaryWorld:
+    if any(layout.capacity < num_slots for layout in sources):
+        raise ValueError("every source must address every canary slot")
+    return CanaryWorld(
+        sources=tuple(sources),
+        mode=mode,
+        num_slots=num_slots,
+        slot_stride_bytes=slot_stride_bytes,
+        ring_capacity=ring_capacity,
+        ring_start=ring_start,
+        kernel_kind=kernel_kind,
+        chain_assert=chain_assert,
+        seed=seed,
+    )
+
+
+def _request(seed, slots, *, first_position=0, tokens=None, positions=None) -> WriteRequest:
+    """Positions count up from ``first_position`` and tokens follow the slots, unless given."""
+    if positions is None:
+        positions = [first_position + i for i in range(len(slots))]
+    if tokens is None:
+        tokens = [1000 + 37 * slot for slot in slots]
+    return WriteRequest(seed, tuple(slots), tuple(tokens), tuple(positions))
+
+
+def _write(*requests, num_valid=None, padding=(), mismatches=None) -> WriteBatch:
+    """A write batch; ``mismatches`` ({entry: 'token'|'position'|'both'}) turns the input assert on."""
+    batch = WriteBatch(
+        tuple(requests),
+        len(requests) if num_valid is None else num_valid,
+        tuple(padding),
+        False,
+        (),
+        (),
+    )
+    if mismatches is None:
+        return batch
+    ids, positions, _ = batch.token_arrays()
+    expected_tokens = [
+        t ^ 1 if mismatches.get(i) in ("token", "both") else t for i, t in enumerate(ids)
+    ]
+    expected_positions = [
+        p ^ 2 if mismatches.get(i) in ("position", "both") else p for i, p in enumerate(positions)
+    ]
+    return dataclasses.replace(
+        batch,
+        input_assert=True,
+        expected_tokens=tuple(expected_tokens),
+        expected_positions=tuple(expected_positions),
+    )
+
+
+def _verify(entries, *, num_valid=None, enable=1, check_token=True) -> VerifyBatch:
+    """A verify batch from ``(slot, expected token, expected position, prev slot)`` entries."""
+    columns = [tuple(column) for column in zip(*entries, strict=True)]
+    return VerifyBatch(
+        *columns,
+        num_valid=len(entries) if num_valid is None else num_valid,
+        enable=enable,
+        check_token=check_token,
+    )
+
+
+def _exact(*batches: WriteBatch, **changes) -> VerifyBatch:
+    """The plan that verifies the chains ``batches`` wrote, clean right after the writes."""
+    chains = ()
+    for batch in batches:
+        chains += st_kv.chains_written(batch)
+    return _verify(st_kv.plan_for_chains(chains), **changes)
+
+
+def _window_byte(layout: SourceLayout, slot: int, byte: int) -> int:
+    return int(st_kv.slot_window_starts(layout)[slot]) + byte
+
+
+def _check_steps(world: CanaryWorld, steps) -> None:
+    """Keep hand-written launches defined (SPEC §6): no slot written twice, none a seed."""
+    for op, step in steps:
+        if op != "write":
+            continue
+        _, _, slots = step.token_arrays()
+        written = [s for s in slots if s >= 0]
+        seeds = {r.seed for r in step.requests if r.seed >= 0}
+        if len(set(written)) != len(written) or seeds & set(written):
+            raise ValueError(f"undefined write launch {step!r}")
+        if any(s >= world.num_slots for s in written) or any(s >= world.num_slots for s in seeds):
+            raise ValueError(f"slot out of range in {step!r}")
+
+
+def _scenario(vid: str, what: str, world: CanaryWorld, steps) -> dict:
+    _check_steps(world, steps)
+    return {
+        "id": vid,
+        "what": what,
+        "world": world,
+        "steps": [{op: step} for op, step in steps],
+    }
+
+
+def write_verify_scenarios() -> list[dict]:
+    """The write/verify scenarios, without their final states, in file order."""
+    out = []
+
+    def add(vid, what, world, *steps):
+        out.append(_scenario(vid, what, world, list(steps)))
+
+    # Clean runs.
+    w = _write(_request(-1, (3, 5, 7, 2), tokens=(11, 2**40 + 1, INT64_MIN, -1)))
+    add(
+        "wv-anchor-chain-clean",
+        "one chain from the anchor, then its exact verify: no report",
+        _world(),
+        ("write", w),
+        ("verify", _exact(w)),
+    )
+    w1 = _write(_request(-1, (1, 4), first_position=10), _request(-1, (6,)))
+    w2 = _write(
+        _request(4, (8, 9), first_position=12),
+        _request(6, (10,), first_position=1),
+        _request(-1, (11,), first_position=5),
+    )
+    add(
+        "wv-seeded-continuation-clean",
+        "two chains continued from their tails in a second launch, one new: no report",
+        _world(seed=2),
+        ("write", w1),
+        ("write", w2),
+        ("verify", _exact(w1, w2)),
+    )
+
+    # Write asserts.
+    add(
+        "wv-input-assert-mismatches",
+        "input assert: one clean entry, then token, position and both mismatching",
+        _world(seed=3, kernel_kind=1),
+        (
+            "write",
+            _write(_request(-1, (2, 3, 4, 5)), mismatches={1: "token", 2: "position", 3: "both"}),
+        ),
+    )
+    w1 = _write(_request(-1, (2, 3), first_position=100))
+    add(
+        "wv-input-and-position-assert",
+        "a seeded entry failing its input assert and its chain position assert: two rows",
+        _world(seed=4, kernel_kind=2),
+        ("write", w1),
+        (
+            "write",
+            _write(_request(3, (5, 6), positions=(103, 104)), mismatches={0: "position"}),
+        ),
+    )
+    w1 = _write(_request(-1, (2, 3), first_position=100))
+    jumps = _request(3, (5, -1, 6, 7, 8), positions=(103, 999, 103, 104, 50))
+    for vid, chain_assert, what in (
+        (
+            "wv-position-assert-jumps",
+            1,
+            "seeded positions jump, repeat and fall back; -1 entries skip",
+        ),
+        ("wv-position-assert-off", 0, "the same jumps with enable_chain_position_assert 0: no row"),
+        (
+            "wv-position-assert-enable-7",
+            7,
+            "the same jumps with enable_chain_position_assert 7: on",
+        ),
+    ):
+        add(
+            vid,
+            what,
+            _world(seed=5, chain_assert=chain_assert),
+            ("write", w1),
+            ("write", _write(jumps)),
+        )
+    add(
+        "wv-position-assert-anchor-is-off",
+        "a request from the anchor never checks positions, whatever they are",
+        _world(seed=6),
+        ("write", _write(_request(-1, (1, 2, 3), positions=(5, 5, -7)))),
+    )
+    w1 = _write(_request(-1, (1, 2), positions=(INT64_MAX - 1, INT64_MAX)))
+    w2 = _write(
+        _request(2, (3, 4), positions=(INT64_MIN, INT64_MIN + 1)),
+        _request(2, (5,), positions=(0,)),
+    )
+    add(
+        "wv-position-wrap",
+        "the successor of 2**63-1 is -2**63; a fork at 0 expects -2**63; then a clean verify",
+        _world(seed=7),
+        ("write", w1),
+        ("write", w2),
+        ("verify", _exact(w1, w2)),
+    )
+
+    # The ring.
+    w = _write(_request(-1, (1, 2, 3, 4, 5, 6), first_position=20))
+    bad = _exact(w)
+    bad = dataclasses.replace(bad, expected_positions=tuple(p ^ 1 for p in bad.expected_positions))
+    add(
+        "wv-ring-overflow",
+        "six violations into a 3-row ring at index 1: two stored, the index counts to 7",
+        _world(seed=8, ring_capacity=3, ring_start=1),
+        ("write", w),
+        ("verify", bad),
+    )
+    add(
+        "wv-ring-full",
+        "a full ring (index == capacity): nothing stored, the index still counts",
+        _world(seed=9, ring_capacity=4, ring_start=4),
+        ("write", w),
+        ("verify", bad),
+    )
+    add(
+        "wv-ring-past-capacity",
+        "an index already past the capacity keeps counting",
+        _world(seed=10, ring_capacity=4, ring_start=7),
+        ("write", w),
+        ("verify", bad),
+    )
+    add(
+        "wv-ring-capacity-0",
+        "a ring of no rows: write assert violations are only counted",
+        _world(seed=11, ring_capacity=0),
+        ("write", _write(_request(-1, (2, 3, 4)), mismatches={0: "both", 2: "token"})),
+    )
+
+    # num_valid, enable, padding.
+    add(
+        "wv-write-num-valid-above-capacity",
+        "write_num_valid_reqs 4 of capacity 2 clamps to 2",
+        _world(seed=12),
+        ("write", _write(_request(-1, (1, 2)), _request(-1, (3,)), num_valid=4)),
+    )
+    add(
+        "wv-write-num-valid-negative",
+        "write_num_valid_reqs -1: nothing written or asserted, only the launch counted",
+        _world(seed=13),
+        (
+            "write",
+            _write(_request(-1, (1, 2)), _request(-1, (3,)), num_valid=-1, mismatches={0: "token"}),
+        ),
+    )
+    add(
+        "wv-write-num-valid-partial-and-padding",
+        "1 of 3 requests valid, then padding entries no request covers: never written",
+        _world(seed=14),
+        (
+            "write",
+            _write(
+                _request(-1, (1, 2)),
+                _request(-1, (3, 4)),
+                _request(-1, (5,)),
+                num_valid=1,
+                padding=((6, 77, 0), (7, 78, 0)),
+                mismatches={2: "token", 5: "both"},
+            ),
+        ),
+    )
+    w1 = _write(
+        _request(-1, (1, -1, 2, -1), positions=(0, 50, 1, 60)),
+        _request(-1, ()),
+        _request(-1, (-1, -1)),
+    )
+    w2 = _write(_request(2, (-1, 3, 4), positions=(70, 2, 3)))
+    add(
+        "wv-write-skipped-and-empty-requests",
+        "-1 entries neither write nor advance the chain or prev position; empty requests skip",
+        _world(seed=15),
+        ("write", w1),
+        ("write", w2),
+        ("verify", _exact(w1, w2)),
+    )
+    w = _write(_request(-1, (1, 2, 3), first_position=40))
+    entries = st_kv.plan_for_chains(st_kv.chains_written(w))
+    wrong = [(s, t, p ^ 4, prev) for s, t, p, prev in entries]
+    add(
+        "wv-verify-num-valid-clamp",
+        "verify_num_valid 9 of 3 entries clamps to 3; -2 verifies nothing",
+        _world(seed=16),
+        ("write", w),
+        ("verify", _verify(wrong, num_valid=9)),
+        ("verify", _verify(wrong, num_valid=-2)),
+    )
+    add(
+        "wv-verify-disabled",
+        "enable 0: only kernel_run_counter moves, even with slots no buffer has",
+        _world(seed=17),
+        ("write", w),
+        (
+            "verify",
+            _verify([(99, 5, 7, 2**40), (-3, 5, 7, 12), (1, 5, 7, -9)], num_valid=3, enable=0),
+        ),
+    )
+    add(
+        "wv-verify-enable-2",
+        "enable 2 runs like 1",
+        _world(seed=18),
+        ("write", w),
+        ("verify", _verify(wrong, enable=2)),
+    )
+    w = _write(_request(-1, (0, 3, 4), first_position=8))
+    e = st_kv.plan_for_chains(st_kv.chains_written(w))
+    add(
+        "wv-slot-0-padding",
+        "slot 0 is written like any slot; verify skips it (counted) and prev 0 checks no chain",
+        _world(seed=19),
+        ("write", w),
+        (
+            "verify",
+            _verify(
+                [
+                    (0, 123, 999, -1),
+                    e[1],
+                    (e[2][0], e[2][1], e[2][2] ^ 1, e[2][3]),
+                    (0, -1, 0, 0),
+                    (0, -1, 0, 0),
+                ]
+            ),
+        ),
+    )
+
+    # Verify plans.
+    w = _write(_request(-1, (2, 3, 4, 5), first_position=30))
+    e = st_kv.plan_for_chains(st_kv.chains_written(w))
+    add(
+        "wv-verify-prev-slot-variants",
+        "prev -1 and -2 expect the anchor, prev 0 is unchecked, after a prev_hash bit flip",
+        _world(seed=20),
+        ("write", w),
+        ("corrupt", Corruption("field", slot=3, field=2, bit=5)),
+        ("verify", _verify([(2, *e[0][1:3], -1), e[1], (4, *e[2][1:3], 0), e[3]])),
+        ("verify", _verify([(2, *e[0][1:3], -2), (3, *e[1][1:3], 0), e[2], (5, *e[3][1:3], 0)])),
+    )
+    tokens_plan = [
+        (e[0][0], e[0][1] ^ 4, *e[0][2:]),
+        (e[1][0], -1, *e[1][2:]),
+        (e[2][0], e[2][1] ^ 4, e[2][2] ^ 8, e[2][3]),
+        e[3],
+    ]
+    for vid, check, what in (
+        ("wv-verify-token-check-on", True, "wrong expected tokens reported; -1 never checked"),
+        ("wv-verify-token-check-off", False, "the same plan with the token check off"),
+    ):
+        add(
+            vid,
+            what,
+            _world(seed=21, kernel_kind=5),
+            ("write", w),
+            ("verify", _verify(tokens_plan, check_token=check)),
+        )
+    w = _write(
+        _request(-1, (1, 2, 3), tokens=(INT64_MIN, INT64_MAX, 0), first_position=-3),
+        _request(-1, (4, 5), tokens=(-1, 2**62)),
+    )
+    add(
+        "wv-extreme-tokens",
+        "tokens at the int64 edges, -1 and 0 round-trip and verify clean",
+        _world(seed=22),
+        ("write", w),
+        ("verify", _exact(w)),
+    )
+
+    # Corruptions of two written chains.
+    two_chains = _write(
+        _request(-1, (1, 2, 3), first_position=7),
+        _request(-1, (5, 6, 7, 8), first_position=0),
+    )
+    corruptions = [
+        (
+            "wv-corrupt-token-bit-0",
+            "bit 0 of slot 2's token",
+            Corruption("field", slot=2, field=0, bit=0),
+        ),
+        (
+            "wv-corrupt-position-bit-63",
+            "bit 63 of slot 6's position",
+            Corruption("field", slot=6, field=1, bit=63),
+        ),
+        (
+            "wv-corrupt-prev-hash-bit-17",
+            "bit 17 of slot 7's prev_hash",
+            Corruption("field", slot=7, field=2, bit=17),
+        ),
+        (
+            "wv-corrupt-real-kv-hash-bit-40",
+            "bit 40 of slot 1's real_kv_hash",
+            Corruption("field", slot=1, field=3, bit=40),
+        ),
+        (
+            "wv-corrupt-kv-byte",
+            "the last read byte of slot 6's KV window",
+            Corruption("kv_inside", slot=6, source=0, offset=_window_byte(_KV, 6, 31), value=0x80),
+        ),
+        (
+            "wv-corrupt-page-swap",
+            "rows 0 and 2 of the source swapped",
+            Corruption("page_swap", slot=0, other=2),
+        ),
+        (
+            "wv-corrupt-stale-record",
+            "slot 3 holds slot 6's record",
+            Corruption("stale", slot=3, other=6),
+        ),
+    ]
+    for vid, what, corruption in corruptions:
+        add(
+            vid,
+            f"{what}, then the exact verify of both chains",
+            _world(seed=23, ring_capacity=16, kernel_kind=3),
+            ("write", two_chains),
+            ("corrupt", corruption),
+            ("verify", _exact(two_chains)),
+        )
+    # _KV's buffer: 16 bytes, rows of 128 slot bytes + a 16 B hole every 160 B, 3 tail bytes.
+    unread = [5, 16 + 128 + 3, 16 + 144 + 7, 16 + 2 * 160 + 144 + 1]
+    add(
+        "wv-corrupt-kv-unread-bytes",
+        "bytes no slot reads change (before the view, a hole, a row gap, the tail): no report",
+        _world(seed=23, ring_capacity=16, kernel_kind=3),
+        ("write", two_chains),
+        *[("corrupt", Corruption("kv_outside", source=0, offset=o, value=0xFF)) for o in unread],
+        ("verify", _exact(two_chains)),
+    )
+    add(
+        "wv-corrupt-kv-byte-partial",
+        "PARTIAL: byte 15 of slot 5's window is read and reported",
+        _world(seed=24, mode=1, ring_capacity=16),
+        ("write", two_chains),
+        (
+            "corrupt",
+            Corruption("kv_inside", slot=5, source=0, offset=_window_byte(_KV, 5, 15), value=1),
+        ),
+        ("verify", _exact(two_chains)),
+    )
+    add(
+        "wv-corrupt-kv-byte-past-16-partial",
+        "PARTIAL: byte 16 of slot 5's window is not read: no report",
+        _world(seed=24, mode=1, ring_capacity=16),
+        ("write", two_chains),
+        (
+            "corrupt",
+            Corruption("kv_outside", slot=5, source=0, offset=_window_byte(_KV, 5, 16), value=1),
+        ),
+        ("verify", _exact(two_chains)),
+    )
+    add(
+        "wv-mode-none-kv-byte",
+        "mode NONE stores real_kv_hash 0 and reads no KV byte: a changed byte is not reported",
+        _world(seed=25, mode=0, ring_capacity=16),
+        ("write", two_chains),
+        (
+            "corrupt",
+            Corruption("kv_outside", slot=5, source=0, offset=_window_byte(_KV, 5, 0), value=1),
+        ),
+        ("verify", _exact(two_chains)),
+    )
+    add(
+        "wv-no-sources",
+        "mode ALL without sources stores real_kv_hash 0",
+        _world(seed=26, sources=(), ring_capacity=16),
+        ("write", two_chains),
+        ("corrupt", Corruption("field", slot=8, field=3, bit=2)),
+        ("verify", _exact(two_chains)),
+    )
+    four = (
+        _KV,
+        st_kv.layout(
+            dtype="bfloat16", rows=12, page_size=1, num_bytes_per_token=48, read_bytes=32, seed=201
+        ),
+        st_kv.layout(
+            dtype="uint8", rows=1, page_size=16, num_bytes_per_token=16, offset_bytes=32, seed=202
+        ),
+        st_kv.layout(
+            dtype="int32", rows=6, page_size=2, num_bytes_per_token=32, row_shape=(2, 8), seed=203
+        ),
+    )
+    add(
+        "wv-four-sources",
+        "four sources; a byte of source 3 in slot 7's window changes",
+        _world(seed=27, sources=four, ring_capacity=16),
+        ("write", two_chains),
+        (
+            "corrupt",
+            Corruption(
+                "kv_inside", slot=7, source=3, offset=_window_byte(four[3], 7, 20), value=0x10
+            ),
+        ),
+        ("verify", _exact(two_chains)),
+    )
+    add(
+        "wv-second-source-page-swap",
+        "two sources; rows 1 and 5 of source 1 swap",
+        _world(seed=28, sources=four[:2], ring_capacity=16),
+        ("write", two_chains),
+        ("corrupt", Corruption("page_swap", slot=1, other=5, source=1)),
+        ("verify", _exact(two_chains)),
+    )
+    add(
+        "wv-slot-stride-40-kind-11",
+        "40-byte canary slots (bytes past 32 untouched), kernel kind 11 stamped into rows",
+        _world(seed=29, slot_stride_bytes=40, kernel_kind=11, ring_capacity=16),
+        ("write", two_chains),
+        ("corrupt", Corruption("field", slot=5, field=1, bit=1)),
+        ("verify", _exact(two_chains)),
+    )
+    add(
+        "wv-slot-stride-64-partial",
+        "64-byte canary slots in PARTIAL mode, with a stale record",
+        _world(seed=30, slot_stride_bytes=64, mode=1, ring_capacity=16),
+        ("write", two_chains),
+        ("corrupt", Corruption("stale", slot=6, other=2)),
+        ("verify", _exact(two_chains, check_token=False)),
+    )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
