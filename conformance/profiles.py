@@ -136,3 +136,11 @@ def layout_sizes() -> dict:
 def max_slots() -> int:
     """Longest slot list a property draws on this run's device."""
     return 24 if ON_CPU else 256
+
+
+def long_slots() -> int | None:
+    """``long_size`` of :func:`strategies.slot_indices` for the main fingerprint property:
+    on the CPU, where :func:`max_slots` stays inside one kernel program (128 slots), about
+    one draw in 12 is a list of 150 to 300 slots, so block-boundary masking runs there too;
+    None on a GPU, whose :func:`max_slots` already spans programs."""
+    return 300 if ON_CPU else None

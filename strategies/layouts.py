@@ -98,6 +98,9 @@ _MAX_PAGE_SIZE = 64
 _MAX_BYTES_PER_TOKEN = 1024
 _MAX_SOURCES = 6
 _MAX_SLOT_LIST = 256
+_MAX_LONG_SLOT_LIST = 4096
+# One draw in this many is a long list, when slot_indices is given long_size.
+_LONG_ONE_IN = 12
 
 
 def _align16(n: int) -> int:
@@ -445,7 +448,7 @@ _SLOT_PIECES = ("any", "run", "repeat", "permutation", "edge")
 
 
 @st.composite
-def _slot_indices(draw, capacity, min_size, max_size, page_size):
+def _slot_indices(draw, capacity, min_size, max_size, page_size, long_size):
     if capacity == 0:
         return []
     size = draw(st.integers(min_size, max_size))
@@ -471,17 +474,35 @@ def _slot_indices(draw, capacity, min_size, max_size, page_size):
             slots.extend(draw(st.permutations(block)))
         else:
             slots.append(draw(st.sampled_from((0, capacity - 1))))
-    return slots[:size]
+    slots = slots[:size]
+    # Drawn last, and shrinking towards "no", so a failure shrinks to a short list.
+    if long_size is not None and draw(st.integers(1, _LONG_ONE_IN)) == _LONG_ONE_IN:
+        length = draw(st.integers(max(max_size + 1, long_size // 2), long_size))
+        start = draw(st.integers(0, capacity - 1))
+        # one cheap piece: a run that wraps around the capacity as often as it takes
+        slots.extend((start + i) % capacity for i in range(length - len(slots)))
+    return slots
 
 
 def slot_indices(
-    capacity: int, *, min_size: int = 0, max_size: int = 24, page_size: int | None = None
+    capacity: int,
+    *,
+    min_size: int = 0,
+    max_size: int = 24,
+    page_size: int | None = None,
+    long_size: int | None = None,
 ) -> st.SearchStrategy[list[int]]:
     """Lists of slots in ``[0, capacity)``, built from pieces that stress the page mapping.
 
     Pieces: any slot; a run of consecutive slots (crossing a page boundary when
     ``page_size`` is given, and often anyway); one slot repeated; a shuffled block; the
     first or last slot. ``capacity == 0`` gives only ``[]``.
+
+    ``long_size`` (None: never) lets about one draw in 12 be a long list, of
+    ``max(max_size + 1, long_size // 2)`` to ``long_size`` slots: a list drawn as above,
+    continued by a run that wraps around the capacity (so slots repeat). That is how a small
+    source still gets a call longer than a kernel program's block of slots, at the cost of a
+    few draws; the other draws are those without the option.
 
     Example draw from ``slot_indices(12, page_size=4)``::
 
@@ -496,7 +517,9 @@ def slot_indices(
         raise InvalidArgument(f"min_size={min_size} needs capacity > 0")
     if page_size is not None:
         _check_int("page_size", page_size, 1, 2**40)
-    return _slot_indices(capacity, min_size, max_size, page_size)
+    if long_size is not None:
+        _check_int("long_size", long_size, max_size + 1, _MAX_LONG_SLOT_LIST)
+    return _slot_indices(capacity, min_size, max_size, page_size, long_size)
 
 
 def modes() -> st.SearchStrategy[int]:

@@ -268,6 +268,18 @@ def test_slot_indices_draw_repeats_runs_and_shuffles():
     assert any(0 in slots for slots in lists) and any(23 in slots for slots in lists)
 
 
+def test_long_size_draws_a_few_long_lists():
+    """``long_size``: a few of 100 draws are lists of ``long_size // 2`` to ``long_size``
+    slots (wrapping around a small capacity, so with repeats); the others stay within
+    ``max_size``, and every slot is in range."""
+    lists = collect(st_kv.slot_indices(10, min_size=1, page_size=4, long_size=300), 100)
+    long = [slots for slots in lists if len(slots) > 24]
+    assert 1 <= len(long) <= 20
+    assert all(150 <= len(slots) <= 300 for slots in long)
+    assert all(0 <= s < 10 for slots in lists for s in slots)
+    assert all(1 <= len(slots) <= 24 for slots in lists if slots not in long)
+
+
 def test_default_dtypes_are_those_the_installed_torch_has():
     """The dtypes drawn by default, read without importing torch, are exactly those the
     installed torch has (asked of torch itself), in the same order."""
@@ -299,6 +311,8 @@ def test_modes_are_the_three_hash_modes():
         lambda: st_kv.slot_indices(0, min_size=1),
         lambda: st_kv.slot_indices(4, min_size=5, max_size=4),
         lambda: st_kv.slot_indices(4, page_size=0),
+        lambda: st_kv.slot_indices(4, max_size=24, long_size=24),
+        lambda: st_kv.slot_indices(4, long_size=5000),
     ],
     ids=lambda call: call.__code__.co_firstlineno,
 )
