@@ -3,7 +3,7 @@
 Configurations are drawn as plain frozen dataclasses by modules that import no torch
 (:mod:`strategies.layouts`, :mod:`strategies.chains`, :mod:`strategies.invalid`);
 :mod:`strategies.materialize` is the one module that imports torch and turns them into
-tensors on a device and numpy rows for the reference. The modules import one another in
+tensors on a device and numpy rows for the reference; it runs no implementation. The modules import one another in
 one direction only: ``layouts`` <- ``chains`` <- ``materialize``, and ``invalid`` uses
 ``materialize`` only where it draws (``tests/test_imports.py`` checks both). This package
 re-exports all of them, so ``import strategies`` itself loads torch.

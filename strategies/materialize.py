@@ -6,6 +6,12 @@ neither torch nor this module at their top (``tests/test_imports.py`` holds them
 :func:`available_dtypes` asks torch itself which dtypes it has, the truth that
 :func:`strategies.layouts.default_dtypes` (torch-free) is checked against.
 
+It makes objects and runs nothing: no launch, no fingerprint, no expectation. Asked to,
+it wraps what it made in an implementation's own types (:meth:`MaterializedSource.build`,
+:meth:`MaterializedWorld.context`); calling the implementation, and the reports a
+corruption must cause, are the suite's (``conformance.support``,
+``conformance.write_verify_support``).
+
 Every buffer made here is 16-byte aligned, and every view is made with
 ``torch.as_strided`` over that buffer, never a copy, so that tests can write to the
 buffer and see an implementation follow the live memory.
