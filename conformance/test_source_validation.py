@@ -23,106 +23,46 @@ def aligned(device, nbytes: int, offset: int = 0) -> torch.Tensor:
 GOOD = dict(page_size=2, num_bytes_per_token=32, read_bytes=16)
 P = "kv-canary: RealKvSource"
 
+
+def two_rows(device) -> torch.Tensor:
+    """A valid tensor for GOOD: two aligned rows of 64 bytes."""
+    return aligned(device, 128).view(2, 64)
+
+
 CASES = [
     # (id, tensor factory, overrides, exception, message)
-    (
-        "tensor=ndarray",
-        lambda d: np.zeros((2, 64), np.uint8),
-        {},
-        TypeError,
-        f"{P}.tensor must be a torch.Tensor, got ndarray",
-    ),
-    (
-        "tensor=None",
-        lambda d: None,
-        {},
-        TypeError,
-        f"{P}.tensor must be a torch.Tensor, got NoneType",
-    ),
-    (
-        "page_size=2.0",
-        lambda d: aligned(d, 128).view(2, 64),
-        {"page_size": 2.0},
-        TypeError,
-        f"{P}.page_size must be an int, got float",
-    ),
-    (
-        "page_size=True",
-        lambda d: aligned(d, 128).view(2, 64),
-        {"page_size": True},
-        TypeError,
-        f"{P}.page_size must be an int, got bool",
-    ),
-    (
-        "num_bytes_per_token='32'",
-        lambda d: aligned(d, 128).view(2, 64),
-        {"num_bytes_per_token": "32"},
-        TypeError,
-        f"{P}.num_bytes_per_token must be an int, got str",
-    ),
-    (
-        "read_bytes=None",
-        lambda d: aligned(d, 128).view(2, 64),
-        {"read_bytes": None},
-        TypeError,
-        f"{P}.read_bytes must be an int, got NoneType",
-    ),
-    (
-        "page_size=0",
-        lambda d: aligned(d, 128).view(2, 64),
-        {"page_size": 0},
-        ValueError,
-        f"{P}.page_size must be >= 1, got 0",
-    ),
-    (
-        "page_size=-3",
-        lambda d: aligned(d, 128).view(2, 64),
-        {"page_size": -3},
-        ValueError,
-        f"{P}.page_size must be >= 1, got -3",
-    ),
+    ("tensor=ndarray", lambda d: np.zeros((2, 64), np.uint8), {}, TypeError, f"{P}.tensor must be a torch.Tensor, got ndarray"),
+    ("tensor=None", lambda d: None, {}, TypeError, f"{P}.tensor must be a torch.Tensor, got NoneType"),
+    ("page_size=2.0", two_rows, {"page_size": 2.0}, TypeError, f"{P}.page_size must be an int, got float"),
+    ("page_size=True", two_rows, {"page_size": True}, TypeError, f"{P}.page_size must be an int, got bool"),
+    ("num_bytes_per_token='32'", two_rows, {"num_bytes_per_token": "32"}, TypeError, f"{P}.num_bytes_per_token must be an int, got str"),
+    ("read_bytes=None", two_rows, {"read_bytes": None}, TypeError, f"{P}.read_bytes must be an int, got NoneType"),
+    ("page_size=0", two_rows, {"page_size": 0}, ValueError, f"{P}.page_size must be >= 1, got 0"),
+    ("page_size=-3", two_rows, {"page_size": -3}, ValueError, f"{P}.page_size must be >= 1, got -3"),
     (
         "num_bytes_per_token=24",
-        lambda d: aligned(d, 128).view(2, 64),
+        two_rows,
         {"num_bytes_per_token": 24},
         ValueError,
         f"{P}.num_bytes_per_token must be a positive multiple of 16, got 24",
     ),
-    (
-        "num_bytes_per_token=0",
-        lambda d: aligned(d, 128).view(2, 64),
-        {"num_bytes_per_token": 0},
-        ValueError,
-        f"{P}.num_bytes_per_token must be a positive multiple of 16, got 0",
-    ),
+    ("num_bytes_per_token=0", two_rows, {"num_bytes_per_token": 0}, ValueError, f"{P}.num_bytes_per_token must be a positive multiple of 16, got 0"),
     (
         "read_bytes=48",
-        lambda d: aligned(d, 128).view(2, 64),
+        two_rows,
         {"read_bytes": 48},
         ValueError,
         f"{P}.read_bytes must be a positive multiple of 16 in (0, num_bytes_per_token=32], got 48",
     ),
     (
         "read_bytes=8",
-        lambda d: aligned(d, 128).view(2, 64),
+        two_rows,
         {"read_bytes": 8},
         ValueError,
         f"{P}.read_bytes must be a positive multiple of 16 in (0, num_bytes_per_token=32], got 8",
     ),
-    (
-        "tensor 1-D",
-        lambda d: aligned(d, 128),
-        {},
-        ValueError,
-        f"{P}.tensor must be at least 2-D, got shape (128,)",
-    ),
-    (
-        "tensor 0-D",
-        lambda d: torch.tensor(3),
-        {},
-        ValueError,
-        f"{P}.tensor must be at least 2-D, got shape ()",
-    ),
+    ("tensor 1-D", lambda d: aligned(d, 128), {}, ValueError, f"{P}.tensor must be at least 2-D, got shape (128,)"),
+    ("tensor 0-D", lambda d: torch.tensor(3), {}, ValueError, f"{P}.tensor must be at least 2-D, got shape ()"),
     (
         "row stride 72 bytes",
         lambda d: aligned(d, 144).view(2, 72),
@@ -172,20 +112,8 @@ CASES = [
         f"{P}.tensor data pointer must be 16-byte aligned, got data_ptr % 16 == 4",
     ),
     # several rules broken at once: the first in SPEC order wins
-    (
-        "page_size=0 and read_bytes=8",
-        lambda d: aligned(d, 128).view(2, 64),
-        {"page_size": 0, "read_bytes": 8},
-        ValueError,
-        f"{P}.page_size must be >= 1, got 0",
-    ),
-    (
-        "1-D tensor and page_size=0.5",
-        lambda d: aligned(d, 128),
-        {"page_size": 0.5},
-        TypeError,
-        f"{P}.page_size must be an int, got float",
-    ),
+    ("page_size=0 and read_bytes=8", two_rows, {"page_size": 0, "read_bytes": 8}, ValueError, f"{P}.page_size must be >= 1, got 0"),
+    ("1-D tensor and page_size=0.5", lambda d: aligned(d, 128), {"page_size": 0.5}, TypeError, f"{P}.page_size must be an int, got float"),
     (
         "narrow row and misaligned",
         lambda d: aligned(d, 64, offset=1).view(2, 32),
@@ -224,7 +152,7 @@ CASES = [
         f"{P}.tensor row is 0 bytes wide but page_size=2 x num_bytes_per_token=32 needs 64 "
         "(shape=(2, 0), dtype=torch.uint8)",
     ),
-]
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -241,7 +169,7 @@ def test_spec_examples(impl, device, make, overrides, error, message):
 @pytest.mark.parametrize(
     "make",
     [
-        lambda d: aligned(d, 128).view(2, 64),
+        two_rows,
         lambda d: aligned(d, 256).view(torch.float16).view(2, 4, 16),  # N-D rows
         lambda d: aligned(d, 512).view(2, 256)[:, :64],  # row gap: stride(0) > row
         lambda d: aligned(d, 256, offset=16).view(2, 128),  # storage offset
