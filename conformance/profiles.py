@@ -141,6 +141,7 @@ def max_slots() -> int:
 def long_slots() -> int | None:
     """``long_size`` of :func:`strategies.slot_indices` for the main fingerprint property:
     on the CPU, where :func:`max_slots` stays inside one kernel program (128 slots), about
-    one draw in 12 is a list of 150 to 300 slots, so block-boundary masking runs there too;
-    None on a GPU, whose :func:`max_slots` already spans programs."""
-    return 300 if ON_CPU else None
+    one draw in 12 is a list of 129 to 256 slots, two programs, so block-boundary masking
+    runs there too (and no more than two, to keep the interpreter's cost down); None on a
+    GPU, whose :func:`max_slots` already spans programs."""
+    return 256 if ON_CPU else None

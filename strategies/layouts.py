@@ -477,7 +477,7 @@ def _slot_indices(draw, capacity, min_size, max_size, page_size, long_size):
     slots = slots[:size]
     # Drawn last, and shrinking towards "no", so a failure shrinks to a short list.
     if long_size is not None and draw(st.integers(1, _LONG_ONE_IN)) == _LONG_ONE_IN:
-        length = draw(st.integers(max(max_size + 1, long_size // 2), long_size))
+        length = draw(st.integers(max(max_size + 1, long_size // 2 + 1), long_size))
         start = draw(st.integers(0, capacity - 1))
         # one cheap piece: a run that wraps around the capacity as often as it takes
         slots.extend((start + i) % capacity for i in range(length - len(slots)))
@@ -499,7 +499,7 @@ def slot_indices(
     first or last slot. ``capacity == 0`` gives only ``[]``.
 
     ``long_size`` (None: never) lets about one draw in 12 be a long list, of
-    ``max(max_size + 1, long_size // 2)`` to ``long_size`` slots: a list drawn as above,
+    ``max(max_size + 1, long_size // 2 + 1)`` to ``long_size`` slots: a list drawn as above,
     continued by a run that wraps around the capacity (so slots repeat). That is how a small
     source still gets a call longer than a kernel program's block of slots, at the cost of a
     few draws; the other draws are those without the option.
