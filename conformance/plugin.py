@@ -177,6 +177,9 @@ def _selection(config: pytest.Config) -> Selection | None:
     return getattr(config, "_canary_selection", None)
 
 
+# Last: Hypothesis' own plugin loads ``--hypothesis-profile NAME`` as given in its
+# pytest_configure; ours must run after it to load NAME's per-device variant (``ci-cpu``).
+@pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "write_verify: needs the write/verify group of the API")
     config.addinivalue_line("markers", "gpu: needs a GPU device (skipped on the CPU leg)")

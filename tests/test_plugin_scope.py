@@ -47,4 +47,13 @@ def test_the_suite_loads_the_plugin():
     """Collecting conformance/ loads the plugin, the implementation and the suite's profile."""
     seen = probe("conformance/test_spec_vectors.py", "--canary-device", "cpu")
     assert seen["IMPORTED"] == "['canary', 'conformance.plugin', 'conformance.profiles']"
-    assert seen["PROFILE"].endswith("-cpu")
+    assert seen["PROFILE"] == "dev-cpu"
+
+
+def test_a_named_profile_gets_its_cpu_variant():
+    """``--hypothesis-profile ci`` on the CPU runs ``ci-cpu`` (half the examples), not ``ci``:
+    the suite's plugin configures after Hypothesis' own, which loads the name as given."""
+    seen = probe(
+        "conformance/test_spec_vectors.py", "--canary-device", "cpu", "--hypothesis-profile", "ci"
+    )
+    assert seen["PROFILE"] == "ci-cpu"
