@@ -298,6 +298,7 @@ def _row_shapes(
 @st.composite
 def _source_layouts(
     draw,
+    *,
     dtypes,
     min_rows,
     max_rows,
@@ -386,6 +387,7 @@ def source_layouts(
     i.e. a ``float16[3, 4, 20]`` view (row 160 bytes: 128 addressed by 2 slots, a 32-byte
     hole; a 32-byte gap to the next row) 32 bytes into a 583-byte buffer.
     """
+    arguments = dict(locals())  # every option by name, passed on once checked
     dtypes = default_dtypes() if dtypes is None else tuple(dtypes)
     if not dtypes or any(d not in ELEMENT_SIZES for d in dtypes):
         raise InvalidArgument(
@@ -407,19 +409,7 @@ def source_layouts(
     ):
         if not isinstance(flag, bool):
             raise InvalidArgument(f"{name}={flag!r} must be a bool")
-    return _source_layouts(
-        dtypes,
-        min_rows,
-        max_rows,
-        max_page_size,
-        max_bytes_per_token,
-        holes,
-        row_gaps,
-        offsets,
-        nd_rows,
-        fills,
-        min_capacity,
-    )
+    return _source_layouts(**{**arguments, "dtypes": dtypes, "fills": fills})
 
 
 def source_tuples(
