@@ -254,6 +254,17 @@ def assert_refused(impl, launch: Launch, error, message, words) -> None:
         assert names(str(caught.value), word), f"{caught.value!r} does not name {word!r}"
 
 
+def per_launch_kind(table, keep=lambda name, error: True) -> list:
+    """One pytest param per row of ``table`` and launch kind it names ("write", "verify"),
+    with the id ``"<kind>: <row name>"``; ``keep(name, error)`` selects rows."""
+    return [
+        pytest.param(kind, *rest, id=f"{kind}: {name}")
+        for name, kinds, *rest in table
+        for kind in kinds.split()
+        if keep(name, rest[1])
+    ]
+
+
 STATE = (
     "canary_buf",
     "violation_ring",
@@ -266,11 +277,7 @@ STATE = (
 @write_verify
 @pytest.mark.parametrize(
     ("kind", "breaker", "error", "message", "words"),
-    [
-        pytest.param(kind, *rest, id=f"{kind}: {name}")
-        for name, kinds, *rest in CASES
-        for kind in kinds.split()
-    ],
+    per_launch_kind(CASES),
 )
 def test_bad_launch_raises_before_any_work(impl, device, kind, breaker, error, message, words):
     """A launch with one bad argument raises SPEC's error type (and exact message where SPEC gives one) and changes no state."""
@@ -288,12 +295,10 @@ def test_bad_launch_raises_before_any_work(impl, device, kind, breaker, error, m
 @write_verify
 @pytest.mark.parametrize(
     ("kind", "breaker", "error", "message", "words"),
-    [
-        pytest.param(kind, *rest, id=f"{kind}: {name}")
-        for name, kinds, *rest in CASES
-        for kind in kinds.split()
-        if rest[1] is not IndexError and "offsets" not in name  # those need valid entries
-    ],
+    # not the index and offset cases: those need entries to check
+    per_launch_kind(
+        CASES, keep=lambda name, error: error is not IndexError and "offsets" not in name
+    ),
 )
 def test_empty_plans_are_still_validated(impl, device, kind, breaker, error, message, words):
     """Every argument check runs even when the plan has no valid entry (num_valid 0)."""
@@ -459,11 +464,7 @@ def assert_kv_canary_refusal(call, error, words) -> None:
 @write_verify
 @pytest.mark.parametrize(
     ("kind", "breaker", "error", "words"),
-    [
-        pytest.param(kind, *rest, id=f"{kind}: {name}")
-        for name, kinds, *rest in WRONG_KINDS
-        for kind in kinds.split()
-    ],
+    per_launch_kind(WRONG_KINDS),
 )
 def test_wrong_kinds_of_arguments_are_refused(impl, device, kind, breaker, error, words):
     """A launch given None, a list, a numpy array, a string or an enum of the wrong type raises the contract's kv-canary error and changes no state."""
