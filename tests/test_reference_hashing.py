@@ -85,6 +85,27 @@ def test_splitmix64_scalar_is_taken_modulo_2_64():
     assert reference.splitmix64(np.uint64(1)) == 0x5692161D100B05E5
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        1.0,
+        True,
+        np.bool_(True),
+        "1",
+        np.array([1.0]),
+        np.array([True]),
+        np.array([1], dtype="m8[s]"),  # timedelta64: kind "m", an int64 underneath
+        np.array([1], dtype="M8[s]"),
+        np.array([1], dtype=object),
+    ],
+    ids=repr,
+)
+def test_splitmix64_refuses_what_is_not_an_integer(value):
+    """Only integers hash: floats, bools, strings and time or object arrays raise TypeError."""
+    with pytest.raises(TypeError, match="expected an integer"):
+        reference.splitmix64(value)
+
+
 def test_splitmix64_array_leaves_input_untouched():
     """The array path returns a new array and does not hash in place."""
     inputs = np.array([1, 2, 3], dtype=np.uint64)
