@@ -9,7 +9,7 @@ import hypothesis.strategies as st
 import numpy as np
 import pytest
 import torch
-from hypothesis import assume, given, target
+from hypothesis import given, target
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
@@ -35,6 +35,7 @@ from conformance.write_verify_support import (
     run_write,
     story,
 )
+from strategies.chains import corruption_kinds
 
 pytestmark = pytest.mark.write_verify
 
@@ -44,25 +45,209 @@ def world_kwargs() -> dict:
     return dict(max_rows=sizes["max_rows"], max_page_size=sizes["max_page_size"])
 
 
-def draw_written_world(data, device, impl, *, batches=2, avoid_zero=False, **world_overrides):
-    """A world with up to ``batches`` write launches done; returns (world, chains, state)."""
-    world = data.draw(st_kv.canary_worlds(**world_kwargs()), label="world")
+# ---------------------------------------------------------------------------------------------
+# What each property draws, as plain descriptions (no tensor, no launch): a meta-test
+# (tests/test_draw_strength.py) collects them and checks that they can fail. The draws
+# themselves hold what a property needs (entries written, sources read, entries checked), so
+# no example is thrown away after its launches ran.
+
+#: World kinds and their weights: worlds that read KV bytes are the bulk; mode NONE and
+#: worlds without sources, which write and verify a zero real-KV hash, keep a share.
+WORLD_KINDS = ("reads KV",) * 6 + ("mode NONE", "no sources")
+
+
+@st.composite
+def worlds(draw, *, kind: str | None = None, **world_options) -> st_kv.CanaryWorld:
+    """A world of one of :data:`WORLD_KINDS` (``kind``, or drawn with their weights; "any"
+    puts no condition on it), with the run's layout sizes unless ``world_options`` says
+    otherwise."""
+    kind = kind or draw(st.sampled_from(WORLD_KINDS), label="world kind")
+    options = {**world_kwargs(), **world_options}
+    if kind == "any":
+        pass
+    elif kind == "reads KV":
+        options["reads_kv"] = True
+    elif kind == "mode NONE":
+        options["modes"] = (0,)
+    else:
+        options["max_sources"] = 0
+    return draw(st_kv.canary_worlds(**options), label="world")
+
+
+@dataclasses.dataclass(frozen=True)
+class Written:
+    """A world and the write launches done on it, in order."""
+
+    world: st_kv.CanaryWorld
+    batches: tuple[st_kv.WriteBatch, ...]
+
+    @property
+    def chains(self) -> tuple[st_kv.Chain, ...]:
+        return tuple(chain for batch in self.batches for chain in st_kv.chains_written(batch))
+
+
+@st.composite
+def written_worlds(
+    draw, *, batches=2, avoid_zero=False, min_written=1, world=None, **world_overrides
+) -> Written:
+    """A world (from ``world``, :func:`worlds` by default) and ``batches`` write launches on
+    it, each continuing the chains of the ones before; the first writes at least
+    ``min_written`` entries. ``world_overrides`` replace fields of the drawn world."""
+    described = draw(world if world is not None else worlds(), label="world")
     if world_overrides:
-        world = dataclasses.replace(world, **world_overrides)
-    made = st_kv.materialize_world(world, device)
-    state = made.reference_state()
-    chains: tuple = ()
+        described = dataclasses.replace(described, **world_overrides)
+    done: tuple[st_kv.WriteBatch, ...] = ()
     for step in range(batches):
+        chains = Written(described, done).chains
         written = {slot for chain in chains for slot in chain.slots}
-        tails = tuple((chain.slots[-1], chain.positions[-1]) for chain in chains)
-        batch = data.draw(
+        batch = draw(
             st_kv.write_batches(
-                world,
-                seeds=tails,
+                described,
+                seeds=tuple((chain.slots[-1], chain.positions[-1]) for chain in chains),
                 avoid=frozenset(written | ({0} if avoid_zero else set())),
+                min_written=min_written if step == 0 else 0,
             ),
             label=f"write batch {step}",
         )
+        done += (batch,)
+    return Written(described, done)
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyCase:
+    """Written chains, perhaps a corruption (applied after the writes), and the verify plan
+    that runs then."""
+
+    written: Written
+    corruption: st_kv.Corruption | None
+    plan: st_kv.VerifyBatch
+
+
+#: Verify plans: most check at least one entry; the rest are drawn freely (disabled, no valid
+#: entry, padding only), as the state machine also does.
+PLAN_KINDS = ("checks an entry",) * 9 + ("any",)
+
+
+@st.composite
+def verify_cases(draw) -> VerifyCase:
+    """Two write launches, a corruption half of the time, and a varied verify plan."""
+    # two entries written: one at least is not slot 0, which verify skips
+    written = draw(written_worlds(batches=2, min_written=2), label="written")
+    chains = written.chains
+    corruption = None
+    if draw(st.booleans(), label="corrupt first"):
+        corruption = draw(st_kv.corruptions(written.world, chains), label="corruption")
+    checkable = any(slot != 0 for chain in chains for slot in chain.slots)
+    checks = draw(st.sampled_from(PLAN_KINDS), label="plan kind") == "checks an entry"
+    plan = draw(
+        st_kv.verify_batches(chains, min_checked=1 if checks and checkable else 0),
+        label="verify plan",
+    )
+    return VerifyCase(written, corruption, plan)
+
+
+#: Corruption kinds and their weights: KV ones (in worlds that read KV) are the bulk.
+CORRUPTION_WEIGHTS = (
+    ("field",) * 2 + ("kv_inside",) * 3 + ("page_swap",) * 2 + ("kv_outside", "stale")
+)
+KV_CORRUPTIONS = ("kv_inside", "kv_outside", "page_swap")
+
+
+@st.composite
+def corruption_cases(draw) -> VerifyCase:
+    """A kind of corruption, a world that allows it (one reading KV for a KV kind), two
+    write launches into an empty 64-row ring, the corruption, and the plan verifying every
+    written entry, with the token check on or off."""
+    kind = draw(st.sampled_from(CORRUPTION_WEIGHTS), label="corruption kind")
+    world = worlds(kind="reads KV") if kind in KV_CORRUPTIONS else worlds()
+    written = draw(
+        written_worlds(world=world, avoid_zero=True, ring_capacity=64, ring_start=0),
+        label="written",
+    )
+    chains = written.chains
+    if kind not in corruption_kinds(written.world, chains):
+        kind = "field"  # a stale record needs two chains
+    corruption = draw(st_kv.corruptions(written.world, chains, kinds=(kind,)), label="corruption")
+    plan = draw(st_kv.verify_batches(chains, exact=True), label="verify plan")
+    check_token = draw(st.booleans(), label="check_token")
+    return VerifyCase(written, corruption, dataclasses.replace(plan, check_token=check_token))
+
+
+@st.composite
+def exact_cases(draw, writes, *, wrong_positions=False) -> VerifyCase:
+    """Chains from ``writes`` and the plan verifying each written entry against its
+    own chain, every expected position off by one bit with ``wrong_positions``."""
+    written = draw(writes, label="written")
+    plan = draw(st_kv.verify_batches(written.chains, exact=True), label="verify plan")
+    if wrong_positions:
+        wrong = tuple(p ^ 1 for p in plan.expected_positions)
+        plan = dataclasses.replace(plan, expected_positions=wrong)
+    return VerifyCase(written, None, plan)
+
+
+def clean_cases() -> st.SearchStrategy[VerifyCase]:
+    """Two write launches, none through slot 0, and the plan verifying them."""
+    return exact_cases(written_worlds(avoid_zero=True))
+
+
+def outside_cases() -> st.SearchStrategy[VerifyCase]:
+    """Writes into a world of mode ALL with sources, none through slot 0, and the plan
+    verifying them."""
+    return exact_cases(written_worlds(world=worlds(kind="reads KV", modes=(2,)), avoid_zero=True))
+
+
+def ring_cases() -> st.SearchStrategy[VerifyCase]:
+    """One write launch of at least one entry, none through slot 0, and a plan in which every
+    entry fails its position check (the ring does not care whether the world reads KV)."""
+    return exact_cases(
+        written_worlds(world=worlds(kind="any"), batches=1, avoid_zero=True),
+        wrong_positions=True,
+    )
+
+
+@st.composite
+def disabled_cases(draw) -> VerifyCase:
+    """A write launch in any world, then a disabled plan of garbage slots whose ``num_valid``
+    mostly reaches some of them (an enabled launch would have work to do, and refuse it)."""
+    written = draw(
+        written_worlds(world=worlds(kind="any"), batches=1, min_written=0), label="written"
+    )
+    num_slots = written.world.num_slots
+    garbage = st.integers(num_slots, num_slots + 2**40) | st.integers(-(2**40), -1)
+    cap = draw(st.integers(1, 6), label="capacity")
+    reaches = draw(st.sampled_from((True,) * 9 + (False,)), label="num_valid reaches entries")
+    return VerifyCase(
+        written,
+        None,
+        st_kv.VerifyBatch(
+            slots=tuple(draw(st.lists(garbage, min_size=cap, max_size=cap), label="slots")),
+            expected_tokens=(5,) * cap,
+            expected_positions=(7,) * cap,
+            prev_slots=tuple(draw(st.lists(garbage, min_size=cap, max_size=cap), label="prev")),
+            num_valid=draw(
+                st.integers(1, cap + 2) if reaches else st.integers(-2, 0), label="num_valid"
+            ),
+            enable=0,
+            check_token=draw(st.booleans(), label="check_token"),
+        ),
+    )
+
+
+def machine_worlds() -> st.SearchStrategy[st_kv.CanaryWorld]:
+    """The state machine's first world: mostly one that reads KV, so KV corruptions happen."""
+    return worlds(max_slots=24, max_ring=8, max_rows=8, max_page_size=8)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running the descriptions.
+
+
+def do_writes(written: Written, device, impl):
+    """Materialise ``written.world`` and run its write launches, each checked against the
+    reference; returns (world, chains, state)."""
+    made = st_kv.materialize_world(written.world, device)
+    state = made.reference_state()
+    for step, batch in enumerate(written.batches):
         index_before = int(made.violation_write_index.item())
         run_write(impl, made, batch, device, state)
         assert_same_state(
@@ -70,30 +255,28 @@ def draw_written_world(data, device, impl, *, batches=2, avoid_zero=False, **wor
             Snapshot.of_state(state),
             index_before=index_before,
             what=f"after write batch {step}",
-            config=describe_world(world),
+            config=describe_world(written.world),
             repro=story(impl, device, made),
         )
-        chains = chains + st_kv.chains_written(batch)
-    return made, chains, state
+    return made, written.chains, state
 
 
 @examples(0.5)
-@given(data=st.data())
-def test_write_equals_reference(impl, device, data):
+@given(case=written_worlds(batches=2))
+def test_write_equals_reference(impl, device, case):
     """Two write launches leave the buffer, ring rows, write index and counters the reference leaves."""
-    draw_written_world(data, device, impl, batches=2)
+    do_writes(case, device, impl)
 
 
 @examples(0.5)
-@given(data=st.data())
-def test_verify_equals_reference(impl, device, data):
+@given(case=verify_cases())
+def test_verify_equals_reference(impl, device, case):
     """A verify launch of a varied plan over written chains reports exactly what the reference reports."""
-    made, chains, state = draw_written_world(data, device, impl, batches=2)
-    if data.draw(st.booleans(), label="corrupt first") and any(c.slots for c in chains):
-        corruption = data.draw(st_kv.corruptions(made.world, chains), label="corruption")
-        st_kv.apply_corruption(made, corruption)
+    made, _, state = do_writes(case.written, device, impl)
+    if case.corruption is not None:
+        st_kv.apply_corruption(made, case.corruption)
         state = made.reference_state()
-    batch = data.draw(st_kv.verify_batches(chains), label="verify plan")
+    batch = case.plan
     index_before = int(made.violation_write_index.item())
     run_verify(impl, made, batch, device, state)
     assert_same_state(
@@ -107,11 +290,11 @@ def test_verify_equals_reference(impl, device, data):
 
 
 @examples(0.5)
-@given(data=st.data())
-def test_write_then_verify_is_clean(impl, device, data):
+@given(case=clean_cases())
+def test_write_then_verify_is_clean(impl, device, case):
     """Verifying every written entry against its own chain right after the writes reports nothing."""
-    made, chains, _ = draw_written_world(data, device, impl, avoid_zero=True)
-    batch = data.draw(st_kv.verify_batches(chains, exact=True), label="verify plan")
+    made, chains, _ = do_writes(case.written, device, impl)
+    batch = case.plan
     before = Snapshot.of_world(made)
     run_verify(impl, made, batch, device)
     after = Snapshot.of_world(made)
@@ -129,17 +312,14 @@ def test_write_then_verify_is_clean(impl, device, data):
 
 
 @examples(1.0)
-@given(data=st.data())
-def test_each_corruption_is_reported_exactly(impl, device, data):
+@given(case=corruption_cases())
+def test_each_corruption_is_reported_exactly(impl, device, case):
     """A flipped canary bit, a changed KV byte, a page swap or a stale record is reported with exactly the right bits on exactly the right slots, and nothing else is."""
-    made, chains, _ = draw_written_world(
-        data, device, impl, avoid_zero=True, ring_capacity=64, ring_start=0
-    )
-    assume(any(chain.slots for chain in chains))  # something was written to corrupt
-    corruption = data.draw(st_kv.corruptions(made.world, chains), label="corruption")
+    made, chains, _ = do_writes(case.written, device, impl)
+    corruption, batch = case.corruption, case.plan
+    check_token = batch.check_token
     records = made.records()
     page_size = made.world.sources[corruption.source].page_size if made.world.sources else 1
-    check_token = data.draw(st.booleans(), label="check_token")
     expected = expected_reports(
         chains,
         corruption,
@@ -149,10 +329,6 @@ def test_each_corruption_is_reported_exactly(impl, device, data):
     )
     st_kv.apply_corruption(made, corruption)
     state = made.reference_state()
-    batch = dataclasses.replace(
-        data.draw(st_kv.verify_batches(chains, exact=True), label="verify plan"),
-        check_token=check_token,
-    )
     index_before = int(made.violation_write_index.item())
     run_verify(impl, made, batch, device, state)
     target(float(len(expected)), label="slots that must report")
@@ -175,17 +351,16 @@ def test_each_corruption_is_reported_exactly(impl, device, data):
 
 
 @examples(0.5)
-@given(data=st.data())
-def test_bytes_outside_read_windows_never_report(impl, device, data):
+@given(case=outside_cases())
+def test_bytes_outside_read_windows_never_report(impl, device, case):
     """Changing every KV byte no slot reads (holes, gaps, past read_bytes, around the views) causes no report."""
-    made, chains, _ = draw_written_world(data, device, impl, avoid_zero=True, mode=2)
-    assume(made.world.sources)  # without sources there are no bytes to change
+    made, _, _ = do_writes(case.written, device, impl)
     for layout, source in zip(made.world.sources, made.sources, strict=True):
         outside = st_kv.outside_byte_offsets(layout)
         if outside.size:
             index = torch.from_numpy(outside).to(source.backing.device)
             source.backing[index] = source.backing[index] ^ 0xA5
-    batch = data.draw(st_kv.verify_batches(chains, exact=True), label="verify plan")
+    batch = case.plan
     before = int(made.violation_write_index.item())
     run_verify(impl, made, batch, device)
     after = Snapshot.of_world(made)
@@ -198,20 +373,13 @@ def test_bytes_outside_read_windows_never_report(impl, device, data):
 
 
 @examples(0.5)
-@given(data=st.data())
-def test_ring_is_fill_once_and_counts_past_capacity(impl, device, data):
+@given(case=ring_cases())
+def test_ring_is_fill_once_and_counts_past_capacity(impl, device, case):
     """Each violation takes the next index; rows below the capacity are stored once, none is overwritten, and the index keeps counting."""
-    made, chains, _ = draw_written_world(data, device, impl, avoid_zero=True, batches=1)
+    made, chains, _ = do_writes(case.written, device, impl)
     entries = st_kv.plan_for_chains(chains)
-    assume(entries)  # at least one entry to report
     before = Snapshot.of_world(made)
-    # every entry now fails its position check: one report per entry
-    wrong = dataclasses.replace(
-        data.draw(st_kv.verify_batches(chains, exact=True), label="verify plan"),
-    )
-    wrong = dataclasses.replace(
-        wrong, expected_positions=tuple(p ^ 1 for p in wrong.expected_positions)
-    )
+    wrong = case.plan  # every entry fails its position check: one report per entry
     run_verify(impl, made, wrong, device)
     after = Snapshot.of_world(made)
     cap, start, n = len(before.ring), before.write_index, len(entries)
@@ -236,24 +404,12 @@ def test_ring_is_fill_once_and_counts_past_capacity(impl, device, data):
 
 
 @examples(0.5)
-@given(data=st.data())
-def test_disabled_verify_only_counts_the_launch(impl, device, data):
+@given(case=disabled_cases())
+def test_disabled_verify_only_counts_the_launch(impl, device, case):
     """A verify plan with enable == 0 changes nothing but kernel_run_counter, even with entries no buffer has."""
-    made, chains, _ = draw_written_world(data, device, impl, batches=1)
-    num_slots = made.world.num_slots
-    garbage = st.integers(num_slots, num_slots + 2**40) | st.integers(-(2**40), -1)
-    cap = data.draw(st.integers(1, 6), label="capacity")
-    batch = st_kv.VerifyBatch(
-        slots=tuple(data.draw(st.lists(garbage, min_size=cap, max_size=cap), label="slots")),
-        expected_tokens=(5,) * cap,
-        expected_positions=(7,) * cap,
-        prev_slots=tuple(data.draw(st.lists(garbage, min_size=cap, max_size=cap), label="prev")),
-        num_valid=data.draw(st.integers(-2, cap + 2), label="num_valid"),
-        enable=0,
-        check_token=data.draw(st.booleans(), label="check_token"),
-    )
+    made, _, _ = do_writes(case.written, device, impl)
     before = Snapshot.of_world(made)
-    run_verify(impl, made, batch, device)
+    run_verify(impl, made, case.plan, device)
     after = Snapshot.of_world(made)
     assert after.kernel_run_counter == before.kernel_run_counter + 1
     for name in ("write_index", "slot_run_counter"):
@@ -269,7 +425,7 @@ class CanaryMachine(RuleBasedStateMachine):
         super().__init__()
         self.impl, self.device = impl, device
 
-    @initialize(world=st_kv.canary_worlds(max_slots=24, max_ring=8))
+    @initialize(world=machine_worlds())
     def make_world(self, world):
         self.world = st_kv.materialize_world(world, self.device)
         self.model = self.world.reference_state()

@@ -22,6 +22,7 @@ from strategies.layouts import SourceLayout, slot_window_starts, source_tuples
 
 __all__ = [
     "CHAIN",
+    "CORRUPTION_KINDS",
     "POSITION",
     "REAL_KV",
     "TOKEN",
@@ -35,6 +36,7 @@ __all__ = [
     "WriteRequest",
     "canary_worlds",
     "chains_written",
+    "corruption_kinds",
     "corruptions",
     "plan_for_chains",
     "ring_starts",
@@ -597,22 +599,42 @@ class Corruption:
         return f"slot {self.slot} holds the stale record of slot {self.other}"
 
 
-@st.composite
-def corruptions(draw, world: CanaryWorld, chains: tuple[Chain, ...]) -> Corruption:
-    """One corruption of written ``chains`` in ``world`` (which needs at least one written slot).
+CORRUPTION_KINDS = ("field", "kv_inside", "kv_outside", "page_swap", "stale")
 
-    KV corruptions are drawn only when the world reads KV bytes; a stale record needs two
-    chains. Example draw: ``Corruption(kind='field', slot=5, field=1, bit=63)``.
-    """
-    written = [slot for chain in chains for slot in chain.slots]
-    if not written:
-        raise InvalidArgument("corruptions() needs chains with at least one written slot")
+
+def corruption_kinds(world: CanaryWorld, chains: tuple[Chain, ...]) -> tuple[str, ...]:
+    """The corruption kinds ``world`` and ``chains`` allow: KV ones when the world reads KV
+    bytes, a stale record with two chains or more, a flipped field always."""
     kinds = ["field"]
     if world.reads_kv:
         kinds += ["kv_inside", "kv_outside", "page_swap"]
     if len(chains) >= 2:
         kinds.append("stale")
-    kind = draw(st.sampled_from(kinds), label="corruption")
+    return tuple(kinds)
+
+
+@st.composite
+def corruptions(
+    draw, world: CanaryWorld, chains: tuple[Chain, ...], kinds: tuple[str, ...] | None = None
+) -> Corruption:
+    """One corruption of written ``chains`` in ``world`` (which needs at least one written slot).
+
+    KV corruptions are drawn only when the world reads KV bytes; a stale record needs two
+    chains (:func:`corruption_kinds`). ``kinds`` narrows the choice to those of its kinds
+    that are allowed (at least one must be); the default draws as before the option existed.
+    Example draw: ``Corruption(kind='field', slot=5, field=1, bit=63)``.
+    """
+    written = [slot for chain in chains for slot in chain.slots]
+    if not written:
+        raise InvalidArgument("corruptions() needs chains with at least one written slot")
+    allowed = corruption_kinds(world, chains)
+    if kinds is not None:
+        allowed = tuple(k for k in allowed if k in kinds)
+        if not allowed:
+            raise InvalidArgument(
+                f"kinds={kinds!r}: none is allowed here ({corruption_kinds(world, chains)})"
+            )
+    kind = draw(st.sampled_from(list(allowed)), label="corruption")
     slot = draw(st.sampled_from(written), label="slot")
     if kind == "field":
         return Corruption(
