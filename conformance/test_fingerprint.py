@@ -504,10 +504,15 @@ def test_launch_checks_slot_range(impl, device, data):
         label="bad slot",
     )
     first = next(i for i, c in enumerate(capacities) if not 0 <= bad < c)
+    # slots valid in every source beside it (0 or not): the message must name the bad slot,
+    # not whichever is the lowest or the highest of the tensor
+    valid = st.integers(0, min(capacities) - 1) if min(capacities) else st.nothing()
+    good = data.draw(st.lists(valid, max_size=3), label="good slots")
+    slots = data.draw(st.permutations([*good, bad]), label="slots")
     mode = data.draw(st.sampled_from([1, 2]), label="mode")
     sources = [st_kv.materialize(layout, device).build(impl) for layout in layouts]
     with pytest.raises(Exception) as caught:
-        impl.fingerprint(sources, slots_tensor([bad], device), mode=mode)
+        impl.fingerprint(sources, slots_tensor(slots, device), mode=mode)
     assert_error_type(caught, IndexError)
     message = str(caught.value)
     # whole numbers: slot 4 must not be found inside "40", nor capacity 8 inside "-8"

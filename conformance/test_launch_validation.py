@@ -565,3 +565,14 @@ def test_fingerprint_refuses_wrong_kinds_of_arguments(impl, device, call, error,
     """fingerprint given None, a list, a numpy array, a string or an enum of the wrong type raises the contract's kv-canary error."""
     source, slots = fingerprint_args(impl, device)
     assert_kv_canary_refusal(lambda: call(impl, source, slots), error, words)
+
+
+def test_fingerprint_takes_its_arguments_as_the_contract_spells_them(impl, device):
+    """fingerprint(sources, slot_indices, *, mode): sources and slots by name too, mode by name only."""
+    source, slots = fingerprint_args(impl, device)
+    mode = impl.RealKvHashMode(1)
+    by_position = impl.fingerprint([source], slots, mode=mode)
+    by_name = impl.fingerprint(sources=[source], slot_indices=slots, mode=mode)
+    assert torch.equal(by_name, by_position), "naming the arguments changed the result"
+    with pytest.raises(TypeError):
+        impl.fingerprint([source], slots, mode)  # CONTRACT §4: mode is keyword-only
