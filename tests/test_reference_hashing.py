@@ -167,6 +167,37 @@ def test_signed_unsigned_reinterpretation():
     )
 
 
+def test_unsigned_reinterpretation_keeps_its_kind_and_copies():
+    """to_unsigned64: a Python int for a scalar, a fresh uint64 array for an array (the input,
+    int64 here, is never shared with the result)."""
+    assert type(reference.to_unsigned64(-1)) is int
+    assert type(reference.to_unsigned64(np.int64(-1))) is int
+    signed = np.array([-1, 5], dtype=np.int64)
+    unsigned = reference.to_unsigned64(signed)
+    np.testing.assert_array_equal(unsigned, np.array([2**64 - 1, 5], np.uint64), strict=True)
+    unsigned[:] = 0
+    np.testing.assert_array_equal(signed, np.array([-1, 5], np.int64), strict=True)
+
+
+WIDE = [0, 1, 2, 3, 7, 2**31 + 5, 2**63, 2**64 - 1, -1, -5, reference.CANARY_CHAIN_ANCHOR]
+
+
+def test_mix3_array_path_equals_the_scalar_path():
+    """Element by element, the array path (arrays alone, or with scalars broadcast) gives what
+    the scalar path gives, over values that use every bit, negatives included."""
+    triples = [(a, b, c) for a in WIDE for b in WIDE[::2] for c in WIDE[1::2]]
+    a, b, c = (np.array([reference.to_unsigned64(v) for v in column], np.uint64)
+               for column in zip(*triples))  # fmt: skip
+    expected = np.array([reference.splitmix64_mix3(*t) for t in triples], np.uint64)
+    np.testing.assert_array_equal(reference.splitmix64_mix3(a, b, c), expected, strict=True)
+    for scalar in WIDE:  # a scalar first argument broadcasts against array ones
+        want = np.array([reference.splitmix64_mix3(scalar, x, x) for x in WIDE], np.uint64)
+        column = np.array([reference.to_unsigned64(x) for x in WIDE], np.uint64)
+        np.testing.assert_array_equal(
+            reference.splitmix64_mix3(scalar, column, column), want, strict=True
+        )
+
+
 def test_constants_match_spec():
     """The SPEC §1 constants and enum values."""
     assert reference.CANARY_CHAIN_ANCHOR == 0xC0FFEE1234567890
