@@ -26,10 +26,11 @@ from conformance.profiles import examples
 from conformance.support import describe_world
 from conformance.write_verify_support import (
     Snapshot,
-    assert_same_state,
+    assert_world_holds,
     bit_names,
     code,
     expected_reports,
+    launch_and_compare,
     reports_of,
     run_verify,
     run_write,
@@ -248,16 +249,9 @@ def do_writes(written: Written, device, impl):
     made = st_kv.materialize_world(written.world, device)
     state = made.reference_state()
     for step, batch in enumerate(written.batches):
-        index_before = int(made.violation_write_index.item())
-        run_write(impl, made, batch, device, state)
-        assert_same_state(
-            Snapshot.of_world(made),
-            Snapshot.of_state(state),
-            index_before=index_before,
-            what=f"after write batch {step}",
-            config=describe_world(written.world),
-            repro=story(impl, device, made),
-        )
+        what = f"after write batch {step}"
+        config = describe_world(written.world)
+        launch_and_compare(run_write, impl, device, made, batch, state, what=what, config=config)
     return made, written.chains, state
 
 
@@ -276,16 +270,9 @@ def test_verify_equals_reference(impl, device, case):
     if case.corruption is not None:
         st_kv.apply_corruption(made, case.corruption)
         state = made.reference_state()
-    batch = case.plan
-    index_before = int(made.violation_write_index.item())
-    run_verify(impl, made, batch, device, state)
-    assert_same_state(
-        Snapshot.of_world(made),
-        Snapshot.of_state(state),
-        index_before=index_before,
-        what="after verify",
-        config=describe_world(made.world) + "\n" + code("verify plan", batch),
-        repro=story(impl, device, made),
+    config = describe_world(made.world) + "\n" + code("verify plan", case.plan)
+    launch_and_compare(
+        run_verify, impl, device, made, case.plan, state, what="after verify", config=config
     )
 
 
@@ -340,13 +327,14 @@ def test_each_corruption_is_reported_exactly(impl, device, case):
             config=describe_world(made.world) + "\n" + code("chains", chains),
             repro=story(impl, device, made),
         )
-    assert_same_state(
-        Snapshot.of_world(made),
-        Snapshot.of_state(state),
+    assert_world_holds(
+        impl,
+        device,
+        made,
+        state,
         index_before=index_before,
         what="after verify of a corrupted world",
         config=corruption.describe(),
-        repro=story(impl, device, made),
     )
 
 
@@ -468,13 +456,14 @@ class CanaryMachine(RuleBasedStateMachine):
     def agrees_with_the_model(self):
         if not hasattr(self, "world"):
             return
-        assert_same_state(
-            Snapshot.of_world(self.world),
-            Snapshot.of_state(self.model),
+        assert_world_holds(
+            self.impl,
+            self.device,
+            self.world,
+            self.model,
             index_before=getattr(self, "index_before", 0),
             what=f"after {self.step}",
             config=describe_world(self.world.world),
-            repro=story(self.impl, self.device, self.world),
         )
 
 

@@ -233,6 +233,33 @@ def assert_same_state(
         fail(f"{what}:\n  " + "\n  ".join(problems), config=config, repro=repro)
 
 
+def assert_world_holds(impl, device, made, state, *, index_before: int, what: str, config: str):
+    """The implementation's world ``made`` holds what the reference ``state`` holds
+    (:func:`assert_same_state` of their snapshots), with the story of ``made`` as the snippet."""
+    __tracebackhide__ = True
+    assert_same_state(
+        Snapshot.of_world(made),
+        Snapshot.of_state(state),
+        index_before=index_before,
+        what=what,
+        config=config,
+        repro=story(impl, device, made),
+    )
+
+
+def launch_and_compare(launch, impl, device, made, batch, state, *, what: str, config: str) -> int:
+    """Run ``launch`` (:func:`run_write` or :func:`run_verify`) of ``batch`` on the
+    implementation's world ``made`` and on the reference ``state``, then assert that both hold
+    the same; returns the write index from before the launch."""
+    __tracebackhide__ = True
+    index_before = int(made.violation_write_index.item())
+    launch(impl, made, batch, device, state)
+    assert_world_holds(
+        impl, device, made, state, index_before=index_before, what=what, config=config
+    )
+    return index_before
+
+
 def reports_of(snapshot: Snapshot, since: int) -> dict[int, int]:
     """``{slot: FailReason bits}`` of the rows stored since write index ``since`` (one verify);
     a slot reported twice fails."""
