@@ -123,6 +123,7 @@ def canary_worlds(
         CanaryWorld(sources=(SourceLayout(dtype='int8', rows=2, ...),), mode=1, num_slots=9,
                     slot_stride_bytes=32, ring_capacity=0, ring_start=3, ...)
     """
+    arguments = dict(locals())  # every option by name, passed on once checked
     if not isinstance(min_slots, int) or not isinstance(max_slots, int):
         raise InvalidArgument(f"min_slots={min_slots!r} and max_slots={max_slots!r} must be ints")
     if not 2 <= min_slots <= max_slots:
@@ -166,27 +167,19 @@ def canary_worlds(
     source_tuples(
         min_sources=min_sources, max_sources=max_sources, min_capacity=max_slots, **layout_kwargs
     )
-    return _canary_worlds(
-        min_slots,
-        max_slots,
-        min_sources,
-        max_sources,
-        max_ring,
-        mode_strategy,
-        reads_kv,
-        layout_kwargs,
-    )
+    return _canary_worlds(**{**arguments, "min_sources": min_sources, "modes": mode_strategy})
 
 
 @st.composite
 def _canary_worlds(
     draw,
+    *,
     min_slots,
     max_slots,
     min_sources,
     max_sources,
     max_ring,
-    mode_strategy,
+    modes,
     reads_kv,
     layout_kwargs,
 ) -> CanaryWorld:
@@ -201,7 +194,7 @@ def _canary_worlds(
         label="sources",
     )
     ring_capacity = draw(st.integers(0, max_ring), label="ring_capacity")
-    mode = draw(mode_strategy, label="mode")
+    mode = draw(modes, label="mode")
     if reads_kv and mode not in _READING_MODES:
         raise InvalidArgument(f"modes drew {mode!r}, which reads no KV bytes, with reads_kv=True")
     return CanaryWorld(
