@@ -33,106 +33,16 @@ Typical use::
         ...
 """
 
-from strategies.chains import (
-    CanaryWorld,
-    Chain,
-    Corruption,
-    VerifyBatch,
-    WriteBatch,
-    WriteRequest,
-    canary_worlds,
-    chains_written,
-    corruptions,
-    plan_for_chains,
-    ring_starts,
-    verify_batches,
-    write_batches,
-)
-from strategies.invalid import (
-    FIELDS,
-    InvalidSourceCase,
-    ObjectSpec,
-    invalid_source_cases,
-    multi_invalid_source_cases,
-)
-from strategies.layouts import (
-    ELEMENT_SIZES,
-    FILLS,
-    PARTIAL_READ_BYTES,
-    FingerprintCase,
-    SourceLayout,
-    default_dtypes,
-    fingerprint_cases,
-    fit_source_ndim,
-    layout,
-    modes,
-    outside_byte_offsets,
-    set_source_ndim_max,
-    slot_indices,
-    slot_window_starts,
-    source_layouts,
-    source_ndim_max,
-    source_tuples,
-    window_byte_offsets,
-)
-from strategies.materialize import (
-    MaterializedSource,
-    MaterializedWorld,
-    apply_corruption,
-    available_dtypes,
-    describe,
-    layout_bytes,
-    materialize,
-    materialize_object,
-    materialize_shared,
-    materialize_world,
-)
+import sys
 
+from strategies.chains import *  # noqa: F403
+from strategies.invalid import *  # noqa: F403
+from strategies.layouts import *  # noqa: F403
+from strategies.materialize import *  # noqa: F403
+
+#: The package's public names: each submodule's own ``__all__``, defined there once.
 __all__ = [
-    "CanaryWorld",
-    "Chain",
-    "Corruption",
-    "MaterializedWorld",
-    "VerifyBatch",
-    "WriteBatch",
-    "WriteRequest",
-    "apply_corruption",
-    "canary_worlds",
-    "chains_written",
-    "corruptions",
-    "materialize_world",
-    "plan_for_chains",
-    "ring_starts",
-    "verify_batches",
-    "write_batches",
-    "ELEMENT_SIZES",
-    "FingerprintCase",
-    "fingerprint_cases",
-    "FIELDS",
-    "FILLS",
-    "PARTIAL_READ_BYTES",
-    "InvalidSourceCase",
-    "MaterializedSource",
-    "ObjectSpec",
-    "SourceLayout",
-    "available_dtypes",
-    "default_dtypes",
-    "describe",
-    "invalid_source_cases",
-    "layout_bytes",
-    "materialize",
-    "materialize_object",
-    "materialize_shared",
-    "modes",
-    "multi_invalid_source_cases",
-    "outside_byte_offsets",
-    "slot_indices",
-    "slot_window_starts",
-    "set_source_ndim_max",
-    "source_layouts",
-    "source_ndim_max",
-    "source_tuples",
-    "fit_source_ndim",
-    "layout",
-    "window_byte_offsets",
+    name
+    for module in ("chains", "invalid", "layouts", "materialize")
+    for name in sys.modules[f"strategies.{module}"].__all__
 ]
