@@ -333,12 +333,8 @@ def test_dtype_does_not_matter(impl, device, data):
         views.append(m.tensor.view(torch.uint8).view(as_dtype))
     sources = [impl.RealKvSource(tensor=v, **m.kwargs()) for v, m in zip(views, materialized)]
     again = impl.fingerprint(sources, slots_tensor(slots, device), mode=mode)
-    assert_int64_equal(
-        again,
-        to_numpy(base),
-        call=f"fingerprint of the same bytes viewed as {as_dtype}",
-        config=describe_layouts(layouts),
-    )
+    call = f"fingerprint of the same bytes viewed as {as_dtype}"
+    assert_int64_equal(again, to_numpy(base), call=call, config=describe_layouts(layouts))
 
 
 @examples(0.5)
