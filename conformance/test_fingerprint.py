@@ -494,6 +494,7 @@ def test_launch_checks_slot_range(impl, device, data):
     capacities = [layout.capacity for layout in layouts]
     bad = data.draw(
         st.one_of(
+            st.sampled_from([-1, min(capacities)]),  # the first slots past either end
             st.integers(-(2**40), -1),
             st.integers(min(capacities), max(capacities) + 2**40),
         ),

@@ -485,6 +485,11 @@ def fingerprint_args(impl, device):
     return source, torch.tensor([1, 2], dtype=torch.int64, device=device)
 
 
+def slots_as(change):
+    """A call of fingerprint whose slot tensor is ``change(slots)``."""
+    return lambda i, src, slots: i.fingerprint([src], change(slots))
+
+
 # (id, call of fingerprint(impl, source, slots), exception, words besides "kv-canary: ")
 FINGERPRINT_WRONG_KINDS = [
     ("sources=None", lambda i, src, slots: i.fingerprint(None, slots), TypeError, ("sources",)),
@@ -523,6 +528,17 @@ FINGERPRINT_WRONG_KINDS = [
         lambda i, src, slots: i.fingerprint([src], np.asarray(slots.cpu())),
         TypeError,
         ("slot_indices",),
+    ),
+    # a tensor, but not a 1-D integer one (CONTRACT §4)
+    *(
+        (f"slot_indices {what}", slots_as(change), ValueError, ("slot_indices",))
+        for what, change in (
+            ("0-D", lambda slots: slots[0]),
+            ("2-D", lambda slots: slots.view(1, -1)),
+            ("float", lambda slots: slots.double()),
+            ("complex", lambda slots: slots.to(torch.complex64)),
+            ("bool", lambda slots: slots.bool()),
+        )
     ),
     (
         "mode=None",
