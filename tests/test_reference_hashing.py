@@ -169,14 +169,15 @@ def test_signed_unsigned_reinterpretation():
 
 def test_unsigned_reinterpretation_keeps_its_kind_and_copies():
     """to_unsigned64: a Python int for a scalar, a fresh uint64 array for an array (the input,
-    int64 here, is never shared with the result)."""
+    int64 or uint64, is never shared with the result)."""
     assert type(reference.to_unsigned64(-1)) is int
     assert type(reference.to_unsigned64(np.int64(-1))) is int
-    signed = np.array([-1, 5], dtype=np.int64)
-    unsigned = reference.to_unsigned64(signed)
-    np.testing.assert_array_equal(unsigned, np.array([2**64 - 1, 5], np.uint64), strict=True)
-    unsigned[:] = 0
-    np.testing.assert_array_equal(signed, np.array([-1, 5], np.int64), strict=True)
+    for given in (np.array([-1, 5], dtype=np.int64), np.array([2**64 - 1, 5], dtype=np.uint64)):
+        kept = given.copy()
+        unsigned = reference.to_unsigned64(given)
+        np.testing.assert_array_equal(unsigned, np.array([2**64 - 1, 5], np.uint64), strict=True)
+        unsigned[:] = 0
+        np.testing.assert_array_equal(given, kept, strict=True)
 
 
 WIDE = [0, 1, 2, 3, 7, 2**31 + 5, 2**63, 2**64 - 1, -1, -5, reference.CANARY_CHAIN_ANCHOR]
