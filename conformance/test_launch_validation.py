@@ -6,6 +6,7 @@ before any work is done, with the error the contract names; and every public ent
 from __future__ import annotations
 
 import dataclasses
+import enum
 import re
 
 import numpy as np
@@ -485,6 +486,15 @@ def fingerprint_args(impl, device):
     return source, torch.tensor([1, 2], dtype=torch.int64, device=device)
 
 
+class WriteMode(enum.IntEnum):
+    """An engine's own enum whose values happen to be modes' (its name sorts after the
+    contract's enums, so a refusal by name order would miss it)."""
+
+    NONE = 0
+    PARTIAL = 1
+    ALL = 2
+
+
 def slots_as(change):
     """A call of fingerprint whose slot tensor is ``change(slots)``."""
     return lambda i, src, slots: i.fingerprint([src], change(slots))
@@ -561,6 +571,12 @@ FINGERPRINT_WRONG_KINDS = [
     (
         "mode=a CanaryLaunchTag",
         lambda i, src, slots: i.fingerprint([src], slots, mode=i.CanaryLaunchTag(2)),
+        TypeError,
+        ("mode",),
+    ),
+    (
+        "mode=a member of an engine's own enum",
+        lambda i, src, slots: i.fingerprint([src], slots, mode=WriteMode.ALL),
         TypeError,
         ("mode",),
     ),
