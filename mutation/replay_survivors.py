@@ -1,0 +1,90 @@
+"""Replay the surviving mutants of a cosmic-ray session against today's tests.
+
+A session's database keeps each mutant's diff. After tests are added or sharpened, this
+applies every surviving mutant's diff to the working tree in turn, runs the session's test
+command (from its config) and restores the file, so that STRENGTH.md can say which survivors
+the new tests kill. Run it from the repository root, in a clone no one is editing:
+
+    python mutation/replay_survivors.py mutation/canary_real_kv_hash.sqlite \
+        mutation/canary_real_kv_hash.toml
+
+One line per survivor: ``killed`` (the tests fail), ``killed (timeout)`` (they run past
+``--timeout`` seconds) or ``SURVIVED``, with the line, the operator and the change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+
+
+def survivors(session: str) -> list[tuple[str, str]]:
+    """(operator line, unified diff) of each surviving mutant of ``session``."""
+    report = subprocess.run(
+        ["cr-report", "--show-diff", "--surviving-only", session],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    found = []
+    for block in report.split("[job-id] ")[1:]:
+        head = block.splitlines()[1]
+        diff = block.split("--- mutation diff ---\n", 1)[1].split("============", 1)[0]
+        found.append((head, diff))
+    return found
+
+
+def change_of(diff: str) -> str:
+    """``line N: old -> new`` of a one-line mutation diff."""
+    line = re.search(r"@@ -(\d+)", diff).group(1)
+    old = [t[1:].strip() for t in diff.splitlines() if t.startswith("-") and t[:3] != "---"]
+    new = [t[1:].strip() for t in diff.splitlines() if t.startswith("+") and t[:3] != "+++"]
+    return f"line {line}: {' '.join(old)} -> {' '.join(new)}"
+
+
+def replay(diff: str, command: str, timeout: float) -> str:
+    applied = subprocess.run(
+        ["patch", "-p1", "--quiet"], input=diff, text=True, capture_output=True
+    )
+    if applied.returncode:
+        subprocess.run(["git", "checkout", "-q", "--", "."], check=True)
+        return "not applied (the module changed since the session)"
+    run = subprocess.Popen(
+        command,
+        shell=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        verdict = "killed" if run.wait(timeout=timeout) else "SURVIVED"
+    except subprocess.TimeoutExpired:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+        verdict = "killed (timeout)"
+    finally:
+        subprocess.run(["git", "checkout", "-q", "--", "."], check=True)
+    return verdict
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("session", help="the session database (mutation/<name>.sqlite)")
+    parser.add_argument("config", help="the session's config (mutation/<name>.toml)")
+    parser.add_argument("--timeout", type=float, default=150.0, help="seconds per mutant")
+    args = parser.parse_args(argv)
+    if subprocess.run(["git", "diff", "--quiet"]).returncode:
+        parser.error("the working tree has changes; replay in a clean clone")
+    with open(args.config) as config:  # the configs keep the command on one line
+        command = re.search(r'^test-command = "(.*)"$', config.read(), re.M).group(1)
+    for head, diff in survivors(args.session):
+        print(f"{replay(diff, command, args.timeout)}  {head}  {change_of(diff)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
