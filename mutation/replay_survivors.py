@@ -48,7 +48,10 @@ def change_of(diff: str) -> str:
 
 def replay(diff: str, command: str, timeout: float) -> str:
     applied = subprocess.run(
-        ["patch", "-p1", "--quiet"], input=diff, text=True, capture_output=True
+        ["patch", "-p1", "--quiet", "--no-backup-if-mismatch"],
+        input=diff,
+        text=True,
+        capture_output=True,
     )
     if applied.returncode:
         subprocess.run(["git", "checkout", "-q", "--", "."], check=True)
