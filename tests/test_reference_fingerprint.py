@@ -238,7 +238,9 @@ def test_out_of_range_slot_names_slot_source_and_capacity(mode, bad_slot):
             "kv-canary: slot -1 is out of range for real_kv_sources[0] with capacity 12 slots"
         )
     with pytest.raises(IndexError) as excinfo:
-        reference.fingerprint([big, small], [0, bad_slot, 1], mode=mode)
+        # valid slots on both sides of the bad one, 0 among them: the message must single out
+        # the bad slot, whatever the valid ones are
+        reference.fingerprint([big, small], [3, 0, bad_slot, 1], mode=mode)
     assert str(excinfo.value) == expected
 
 
@@ -338,23 +340,44 @@ def slow_fold_one(rows: np.ndarray, page_size, nbpt, read_bytes, slot, mode) -> 
     return reference.splitmix64(acc)
 
 
-def test_source_rejects_layouts_it_cannot_fold():
-    """Source refuses data and sizes that would make the fold meaningless."""
-    row = np.ones((2, 64), dtype=np.uint8)
-    with pytest.raises(TypeError):
-        Source(row.astype(np.int16), 1, 16, 16)
-    with pytest.raises(ValueError):
-        Source(row[0], 1, 16, 16)
-    with pytest.raises(TypeError):
-        Source(row, True, 16, 16)
-    with pytest.raises(ValueError):
-        Source(row, 0, 16, 16)
-    with pytest.raises(ValueError):
-        Source(row, 1, 24, 16)
-    with pytest.raises(ValueError):
-        Source(row, 1, 32, 48)
-    with pytest.raises(ValueError):
-        Source(row, 3, 32, 16)  # 96-byte layout in a 64-byte row
+_ROWS = np.ones((2, 64), dtype=np.uint8)
+
+# (data, page_size, num_bytes_per_token, read_bytes), the error and the words it must say
+_UNFOLDABLE = {
+    "int16 data": ((_ROWS.astype(np.int16), 1, 16, 16), TypeError, "numpy uint8 array"),
+    "int8 data": ((_ROWS.astype(np.int8), 1, 16, 16), TypeError, "numpy uint8 array"),
+    "a list": ((_ROWS.tolist(), 1, 16, 16), TypeError, "numpy uint8 array"),
+    "1-D data": ((_ROWS[0], 1, 16, 16), ValueError, "must be 2-D, got shape (64,)"),
+    "3-D data": ((_ROWS.reshape(2, 4, 16), 1, 16, 16), ValueError, "shape (2, 4, 16)"),
+    "bool page_size": ((_ROWS, True, 16, 16), TypeError, "page_size must be an int"),
+    "page_size 0": ((_ROWS, 0, 16, 16), ValueError, "page_size must be >= 1, got 0"),
+    "num_bytes_per_token 24": ((_ROWS, 1, 24, 16), ValueError, "multiple of 16, got 24"),
+    "num_bytes_per_token 0": ((_ROWS, 1, 0, 16), ValueError, "multiple of 16, got 0"),
+    "num_bytes_per_token -16": ((_ROWS, 1, -16, 16), ValueError, "multiple of 16, got -16"),
+    "read_bytes 48 > 32": ((_ROWS, 1, 32, 48), ValueError, "<= num_bytes_per_token, got 48"),
+    "read_bytes 0": ((_ROWS, 1, 32, 0), ValueError, "<= num_bytes_per_token, got 0"),
+    "read_bytes -16": ((_ROWS, 1, 32, -16), ValueError, "<= num_bytes_per_token, got -16"),
+    "read_bytes 8": ((_ROWS, 1, 32, 8), ValueError, "<= num_bytes_per_token, got 8"),
+    "a 96-byte page in 64-byte rows": (
+        (_ROWS, 3, 32, 16),
+        ValueError,
+        "row is 64 bytes but page_size=3 x num_bytes_per_token=32 needs 96",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", _UNFOLDABLE, ids=list(_UNFOLDABLE))
+def test_source_rejects_layouts_it_cannot_fold(case):
+    """Source refuses data and sizes that would make the fold meaningless, saying which."""
+    arguments, error, words = _UNFOLDABLE[case]
+    with pytest.raises(error) as excinfo:
+        Source(*arguments)
+    assert words in str(excinfo.value)
+
+
+def test_source_takes_numpy_integers_as_ints():
+    """Sizes may be numpy integers; the source keeps them as Python ints."""
+    row = _ROWS
     source = Source(row, np.int64(2), np.int32(32), np.uint8(16))
     assert (source.page_size, source.num_bytes_per_token, source.read_bytes) == (2, 32, 16)
     assert type(source.page_size) is int
@@ -375,3 +398,41 @@ def test_huge_unsigned_slot_is_reported_unwrapped():
         np.zeros(1, np.int64),
         strict=True,
     )
+
+
+@pytest.mark.parametrize("shape", [(), (2, 2)], ids=["0-D", "2-D"])
+def test_slot_indices_must_be_one_dimensional(shape):
+    """A 0-D or 2-D slot array is a ValueError naming its shape, in every reading mode."""
+    source, _ = LAYOUTS["dense-page1"].build(0)
+    slots = np.ones(shape, dtype=np.int64)
+    for mode in MODES:
+        with pytest.raises(ValueError) as excinfo:
+            reference.fingerprint([source], slots, mode)
+        assert str(excinfo.value) == f"kv-canary: slot_indices must be 1-D, got shape {shape}"
+
+
+def test_more_rows_than_bytes_per_row():
+    """A source with more rows than bytes in a row: every row, the last one included, is read."""
+    rows = np.arange(1, 40 * 16 + 1, dtype=np.uint32).astype(np.uint8).reshape(40, 16)
+    slots = [39, 0, 17, 38]
+    got = reference.fingerprint([Source(rows, 1, 16, 16)], slots)
+    assert as_u64(got) == [
+        slow_fold_one(rows, 1, 16, 16, slot, RealKvHashMode.ALL) for slot in slots
+    ]
+
+
+@pytest.mark.parametrize(
+    "view",
+    [lambda b: b[:, ::-1], lambda b: np.broadcast_to(b[:, :1], b.shape), lambda b: b[::-1, ::-1]],
+    ids=["byte stride -1", "byte stride 0", "both strides negative"],
+)
+def test_any_byte_stride_hashes_like_a_packed_copy(view):
+    """Bytes reached through a negative or zero byte stride hash like a packed copy of them."""
+    rng = np.random.default_rng(11)
+    backing = rng.integers(1, 256, size=(3, 128), dtype=np.uint8)
+    data = view(backing)
+    packed = np.ascontiguousarray(data)
+    slots = [5, 0, 3, 1]
+    for mode in (RealKvHashMode.PARTIAL, RealKvHashMode.ALL):
+        got = reference.fingerprint([Source(data, 2, 64, 48)], slots, mode)
+        assert as_u64(got) == [slow_fold_one(packed, 2, 64, 48, slot, mode) for slot in slots]
