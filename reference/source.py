@@ -60,10 +60,6 @@ class Source:
             )
 
     @property
-    def num_rows(self) -> int:
-        return self.data.shape[0]
-
-    @property
     def capacity(self) -> int:
         """Number of addressable slots: ``rows * page_size``."""
         return self.data.shape[0] * self.page_size
