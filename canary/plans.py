@@ -44,10 +44,6 @@ class VerifyPlan:
     verify_num_valid: torch.Tensor  # int32 [1]
     enable: torch.Tensor  # int32 [1]
 
-    @property
-    def capacity(self) -> int:
-        return self.verify_slot_indices.shape[0]
-
     @classmethod
     def allocate(cls, *, verify_capacity: int, device: torch.device | str) -> VerifyPlan:
         """An empty, enabled plan: every entry is padding (slot 0) until filled in."""
@@ -69,10 +65,6 @@ class WritePlan:
     write_offsets: torch.Tensor  # int64 [cap + 1], exclusive prefix sums
     write_seed_slot_indices: torch.Tensor  # int64 [cap], -1 = start at the anchor
     write_num_valid_reqs: torch.Tensor  # int32 [1]
-
-    @property
-    def capacity(self) -> int:
-        return self.write_seed_slot_indices.shape[0]
 
     @classmethod
     def allocate(cls, *, write_req_capacity: int, device: torch.device | str) -> WritePlan:
