@@ -155,6 +155,36 @@ def set_item(group: str, name: str, index: int, value: int):
     return apply
 
 
+def all_of(*breakers):
+    """Every one of ``breakers``, in order."""
+
+    def apply(launch: Launch, device):
+        for breaker in breakers:
+            breaker(launch, device)
+
+    return apply
+
+
+def misaligned(tensor: torch.Tensor, device) -> torch.Tensor:
+    """The same shape of canary buffer, starting 4 bytes past an 8-byte boundary."""
+    backing = torch.zeros(tensor.numel() + 16, dtype=torch.uint8, device=device)
+    start = (-backing.data_ptr()) % 8 + 4
+    return backing[start : start + tensor.numel()].view(tensor.shape)
+
+
+def source_of_one_slot(launch: Launch, device):
+    """The source now addresses slot 0 only: the first token of its first row."""
+    first = launch.context["real_kv_sources"][0]
+    launch.context["real_kv_sources"] = (
+        type(first)(
+            tensor=first.tensor[:1],
+            page_size=1,
+            num_bytes_per_token=first.num_bytes_per_token,
+            read_bytes=first.read_bytes,
+        ),
+    )
+
+
 def five_sources(launch: Launch, device):
     launch.context["real_kv_sources"] = tuple(launch.context["real_kv_sources"]) * 5
 
@@ -206,6 +236,9 @@ CASES = [
     ("slot stride 36 bytes", "write verify", set_in("context", "canary_buf", lambda t, d: torch.zeros(NUM_SLOTS, 36, dtype=torch.uint8, device=d)), ValueError, None, ("canary_buf", "36")),
     ("canary_buf int64", "write verify", set_in("context", "canary_buf", lambda t, d: t.view(torch.int64)), ValueError, None, ("canary_buf",)),
     ("ring int32", "write verify", set_in("context", "violation_ring", lambda t, d: t.to(torch.int32)), ValueError, None, ("violation_ring", "int64")),
+    ("canary_buf 4 bytes past alignment", "write verify", set_in("context", "canary_buf", misaligned), ValueError, None, ("canary_buf", "4")),
+    ("ring 1-D", "write verify", set_in("context", "violation_ring", lambda t, d: t.reshape(-1)), ValueError, None, ("violation_ring",)),
+    ("write index 0-D", "write verify", set_in("context", "violation_write_index", lambda t, d: t.reshape(())), ValueError, None, ("violation_write_index",)),
     ("ring [4, 7]", "write verify", set_in("context", "violation_ring", lambda t, d: t[:, :7].contiguous()), ValueError, None, ("violation_ring",)),
     ("write index int64", "write verify", set_in("context", "violation_write_index", lambda t, d: t.to(torch.int64)), ValueError, None, ("violation_write_index",)),
     ("slot counter [2]", "write verify", set_in("context", "slot_run_counter", lambda t, d: torch.zeros(2, dtype=torch.int64, device=d)), ValueError, None, ("slot_run_counter",)),
@@ -223,6 +256,7 @@ CASES = [
     ("expected tensors given with assert off", "write", set_in("args", "enable_write_input_assert", lambda t, d: False), ValueError, "kv-canary: expected input tensors must be None when enable_write_input_assert=False", ()),
     ("offsets decreasing", "write", set_item("plan", "write_offsets", 1, 6), ValueError, None, ("write_offsets",)),
     ("offsets past the token arrays", "write", set_item("plan", "write_offsets", 2, 9), ValueError, None, ("write_offsets",)),
+    ("offsets start at -1", "write", set_item("plan", "write_offsets", 0, -1), ValueError, None, ("write_offsets",)),
     ("seed 8 of 8 slots", "write", set_item("plan", "write_seed_slot_indices", 1, NUM_SLOTS), IndexError, None, ("write_seed_slot_indices", str(NUM_SLOTS))),
     ("out_cache_loc 12 of 8 slots", "write", set_item("args", "out_cache_loc", 4, 12), IndexError, None, ("out_cache_loc", "12")),
     # verify plan
@@ -233,6 +267,9 @@ CASES = [
     ("verify_num_valid int64", "verify", set_in("plan", "verify_num_valid", lambda t, d: t.to(torch.int64)), ValueError, None, ("verify_num_valid",)),
     ("verify slot 8 of 8", "verify", set_item("plan", "verify_slot_indices", 3, NUM_SLOTS), IndexError, None, ("verify_slot_indices", str(NUM_SLOTS))),
     ("verify slot -1", "verify", set_item("plan", "verify_slot_indices", 0, -1), IndexError, None, ("verify_slot_indices", "-1")),
+    ("verify slot -1, mode NONE", "verify", all_of(set_in("context", "real_kv_hash_mode", lambda m, d: type(m)(0)), set_item("plan", "verify_slot_indices", 0, -1)), IndexError, None, ("verify_slot_indices", "-1")),
+    ("verify slot 8 of 8, enable -1", "verify", all_of(set_item("plan", "enable", 0, -1), set_item("plan", "verify_slot_indices", 3, NUM_SLOTS)), IndexError, None, ("verify_slot_indices", str(NUM_SLOTS))),
+    ("verify slot 1 past a 1-slot source", "verify", all_of(source_of_one_slot, set_in("plan", "verify_slot_indices", lambda t, d: torch.tensor([0, 1, 0, 0], dtype=t.dtype, device=d))), IndexError, None, ("real_kv_sources[0]", "1")),
     ("prev slot 30 of 8", "verify", set_item("plan", "verify_prev_slot_indices", 1, 30), IndexError, None, ("verify_prev_slot_indices", "30")),
 ]  # fmt: skip
 
@@ -318,6 +355,11 @@ def test_entries_past_num_valid_are_not_validated(impl, device):
     launch.plan["write_num_valid_reqs"].fill_(1)
     launch.plan["write_seed_slot_indices"][1] = 10**9
     launch.args["out_cache_loc"][3:] = 10**9
+    launch.run(impl)
+    made, launch = write_launch(impl, device)
+    launch.plan["write_num_valid_reqs"].fill_(0)  # not even the first request is read
+    launch.plan["write_seed_slot_indices"][0] = 10**9
+    launch.plan["write_offsets"][0] = -(10**9)
     launch.run(impl)
     made, launch = verify_launch(impl, device)
     launch.plan["verify_num_valid"].fill_(2)
@@ -689,3 +731,38 @@ def test_context_and_plans_are_frozen_and_keyword_only(impl, device, type_name):
         instance = allocate(impl, device, type_name, 2)
     with pytest.raises(dataclasses.FrozenInstanceError):
         setattr(instance, fields[0], getattr(instance, fields[0]))
+
+
+STATE_FIELDS = (
+    "canary_buf",
+    "violation_ring",
+    "violation_write_index",
+    "slot_run_counter",
+    "kernel_run_counter",
+)
+
+
+@write_verify
+@pytest.mark.parametrize("kind", ["write", "verify"])
+def test_plans_past_256_entries_are_accepted(impl, device, kind):
+    """The same launch with its plan grown to 300 entries (the extra ones not valid) runs and
+    does exactly what the small plan does: sizes past 256 are compared by value."""
+    make_launch = write_launch if kind == "write" else verify_launch
+    small_world, small = make_launch(impl, device)
+    small.run(impl)
+    made, launch = make_launch(impl, device)
+    if kind == "write":
+        plan = impl.WritePlan.allocate(write_req_capacity=300, device=device)
+        plan.write_seed_slot_indices.fill_(-1)
+    else:
+        plan = impl.VerifyPlan.allocate(verify_capacity=300, device=device)
+        plan.verify_slot_indices.zero_()
+    for name, values in launch.plan.items():
+        grown = getattr(plan, name)
+        if grown.shape != values.shape:
+            grown[values.shape[0] :] = values[-1] if name == "write_offsets" else 0
+        grown[: values.shape[0]] = values
+        launch.plan[name] = grown
+    launch.run(impl)
+    for name in STATE_FIELDS:
+        assert torch.equal(getattr(made, name), getattr(small_world, name)), name
