@@ -171,8 +171,6 @@ class CheckedVerify:
     mode: RealKvHashMode
     sources: tuple
     capacity: int
-    enabled: bool
-    active: int  # clamp(verify_num_valid, 0, capacity); 0 when disabled
 
 
 def check_verify_launch(
@@ -192,9 +190,7 @@ def check_verify_launch(
     _check_tensor("plan.verify_num_valid", plan.verify_num_valid, _INT32, (1,), device)
     _check_tensor("plan.enable", plan.enable, _INT32, (1,), device)
 
-    enabled = int(plan.enable.item()) != 0
-    active = 0
-    if enabled:
+    if int(plan.enable.item()) != 0:
         # A plan disabled for overflow leaves its entries unwritten: only an enabled one is read.
         active = min(max(int(plan.verify_num_valid.item()), 0), cap)
         host_slots = slots[:active].cpu()
@@ -203,7 +199,7 @@ def check_verify_launch(
         _check_slots_below("plan.verify_prev_slot_indices", host_prev[host_prev >= 0], num_slots, 0)
         if mode and sources:
             check_slots_in_sources(sources, host_slots[host_slots != 0], "plan.verify_slot_indices")
-    return CheckedVerify(device, mode, sources, cap, enabled, active)
+    return CheckedVerify(device, mode, sources, cap)
 
 
 def launch_canary_verify_kernel(

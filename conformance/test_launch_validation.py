@@ -238,6 +238,7 @@ CASES = [
     ("ring int32", "write verify", set_in("context", "violation_ring", lambda t, d: t.to(torch.int32)), ValueError, None, ("violation_ring", "int64")),
     ("canary_buf 4 bytes past alignment", "write verify", set_in("context", "canary_buf", misaligned), ValueError, None, ("canary_buf", "4")),
     ("ring 1-D", "write verify", set_in("context", "violation_ring", lambda t, d: t.reshape(-1)), ValueError, None, ("violation_ring",)),
+    ("write index [1, 1]", "write verify", set_in("context", "violation_write_index", lambda t, d: t.reshape(1, 1)), ValueError, None, ("violation_write_index",)),
     ("write index 0-D", "write verify", set_in("context", "violation_write_index", lambda t, d: t.reshape(())), ValueError, None, ("violation_write_index",)),
     ("ring [4, 7]", "write verify", set_in("context", "violation_ring", lambda t, d: t[:, :7].contiguous()), ValueError, None, ("violation_ring",)),
     ("write index int64", "write verify", set_in("context", "violation_write_index", lambda t, d: t.to(torch.int64)), ValueError, None, ("violation_write_index",)),
@@ -258,6 +259,7 @@ CASES = [
     ("offsets past the token arrays", "write", set_item("plan", "write_offsets", 2, 9), ValueError, None, ("write_offsets",)),
     ("offsets start at -1", "write", set_item("plan", "write_offsets", 0, -1), ValueError, None, ("write_offsets",)),
     ("seed 8 of 8 slots", "write", set_item("plan", "write_seed_slot_indices", 1, NUM_SLOTS), IndexError, None, ("write_seed_slot_indices", str(NUM_SLOTS))),
+    ("slot 0 of a canary_buf of no slots", "write", all_of(set_in("context", "canary_buf", lambda t, d: t[:0]), set_in("args", "out_cache_loc", lambda t, d: torch.zeros_like(t))), IndexError, None, ("out_cache_loc", "0")),
     ("out_cache_loc 12 of 8 slots", "write", set_item("args", "out_cache_loc", 4, 12), IndexError, None, ("out_cache_loc", "12")),
     # verify plan
     ("verify slots strided", "verify", set_in("plan", "verify_slot_indices", lambda t, d: strided(t)), ValueError, "kv-canary: plan.verify_slot_indices must be contiguous", ()),
@@ -299,7 +301,7 @@ def per_launch_kind(table, keep=lambda name, error: True) -> list:
         pytest.param(kind, *rest, id=f"{kind}: {name}")
         for name, kinds, *rest in table
         for kind in kinds.split()
-        if keep(name, rest[1])
+        if keep(name, rest[1] if len(rest) > 1 else None)
     ]
 
 
@@ -356,16 +358,28 @@ def test_entries_past_num_valid_are_not_validated(impl, device):
     launch.plan["write_seed_slot_indices"][1] = 10**9
     launch.args["out_cache_loc"][3:] = 10**9
     launch.run(impl)
-    made, launch = write_launch(impl, device)
-    launch.plan["write_num_valid_reqs"].fill_(0)  # not even the first request is read
-    launch.plan["write_seed_slot_indices"][0] = 10**9
-    launch.plan["write_offsets"][0] = -(10**9)
+    made, launch = write_launch(impl, device)  # a third request, not valid, of garbage
+    plan = launch.plan
+    plan["write_offsets"] = torch.cat([plan["write_offsets"], plan["write_offsets"][:1] + 10**9])
+    plan["write_seed_slot_indices"] = torch.cat([plan["write_seed_slot_indices"][:2], plan["write_seed_slot_indices"][:1] + 10**9])
     launch.run(impl)
+    for num_valid in (0, -3):  # not even the first request is read
+        made, launch = write_launch(impl, device)
+        launch.plan["write_num_valid_reqs"].fill_(num_valid)
+        launch.plan["write_seed_slot_indices"][0] = 10**9
+        launch.plan["write_offsets"][0] = -(10**9)
+        launch.args["out_cache_loc"].fill_(10**9)
+        launch.run(impl)
     made, launch = verify_launch(impl, device)
     launch.plan["verify_num_valid"].fill_(2)
     launch.plan["verify_slot_indices"][2:] = 10**9
     launch.plan["verify_prev_slot_indices"][2:] = 10**9
     launch.run(impl)
+    for num_valid in (0, -3):
+        made, launch = verify_launch(impl, device)
+        launch.plan["verify_num_valid"].fill_(num_valid)
+        launch.plan["verify_slot_indices"].fill_(10**9)
+        launch.run(impl)
 
 
 @write_verify
@@ -428,6 +442,14 @@ class Mode:
 
     LAUNCH_TAG = object()  # a CanaryLaunchTag member where a RealKvHashMode belongs
     HASH_MODE = object()  # a RealKvHashMode member where a CanaryLaunchTag belongs
+    ENGINE_KIND = object()  # an engine's own IntEnum member (AttentionKind) as the kernel kind
+
+
+class AttentionKind(enum.IntEnum):
+    """An engine's own enum with a tag's values; its name sorts before ``CanaryLaunchTag``."""
+
+    PREFILL = 1
+    DECODE = 2
 
 
 def wrong(kinds: str, group: str, name: str, shown: str, value, error=TypeError, *more, word=None):
@@ -455,6 +477,7 @@ WRONG_KINDS = [
     wrong(BOTH, "context", "kernel_kind", "None", None),
     wrong(BOTH, "context", "kernel_kind", "'HEAD_K_FULL'", "HEAD_K_FULL"),
     wrong(BOTH, "context", "kernel_kind", "a RealKvHashMode", Mode.HASH_MODE),
+    wrong(BOTH, "context", "kernel_kind", "a member of an engine's own enum", Mode.ENGINE_KIND),
     wrong(BOTH, "context", "kernel_kind", "99", 99, ValueError, "99"),
     wrong(BOTH, "context", "canary_buf", "numpy", as_numpy),
     wrong(BOTH, "context", "violation_ring", "list", as_list),
@@ -485,6 +508,8 @@ def resolve_enums(impl, launch: Launch) -> None:
             launch.context[name] = impl.CanaryLaunchTag(2)
         elif value is Mode.HASH_MODE:
             launch.context[name] = impl.RealKvHashMode(2)
+        elif value is Mode.ENGINE_KIND:
+            launch.context[name] = AttentionKind.PREFILL
 
 
 def assert_kv_canary_refusal(call, error, words) -> None:
@@ -766,3 +791,54 @@ def test_plans_past_256_entries_are_accepted(impl, device, kind):
     launch.run(impl)
     for name in STATE_FIELDS:
         assert torch.equal(getattr(made, name), getattr(small_world, name)), name
+
+
+def no_rows_source(launch: Launch, device):
+    """The source keeps its layout but has no rows: its capacity is 0."""
+    first = launch.context["real_kv_sources"][0]
+    launch.context["real_kv_sources"] = (
+        type(first)(
+            tensor=first.tensor[:0],
+            page_size=first.page_size,
+            num_bytes_per_token=first.num_bytes_per_token,
+            read_bytes=first.read_bytes,
+        ),
+    )
+
+
+def mode_none(launch: Launch, device):
+    launch.context["real_kv_hash_mode"] = type(launch.context["real_kv_hash_mode"])(0)
+
+
+def empty_plan(launch: Launch, device):
+    """No entry at all: 0 requests of a write (offsets [1]) or 0 entries of a verify."""
+    for name, tensor in launch.plan.items():
+        if name == "write_offsets":
+            launch.plan[name] = tensor[:1].clone().zero_()
+        elif name not in ("write_num_valid_reqs", "verify_num_valid", "enable"):
+            launch.plan[name] = tensor[:0].clone()
+
+
+def slot_0_padding_only(launch: Launch, device):
+    launch.plan["verify_slot_indices"].zero_()
+
+
+# (id, launch kinds, change): launches at the edges of CONTRACT §6-§8 that must run
+EDGES = [
+    ("mode NONE reads no source: slots past its capacity", BOTH, all_of(mode_none, source_of_one_slot)),
+    ("padding slot 0 with a source of no rows", "verify", all_of(no_rows_source, slot_0_padding_only)),
+    ("a plan of no entries", BOTH, empty_plan),
+    ("seed slot 0", "write", set_item("plan", "write_seed_slot_indices", 0, 0)),
+    ("offsets starting at 1", "write", set_item("plan", "write_offsets", 0, 1)),
+]  # fmt: skip
+
+
+@write_verify
+@pytest.mark.parametrize(("kind", "change"), per_launch_kind(EDGES))
+def test_launches_at_the_edges_run(impl, device, kind, change):
+    """Each launch is valid: it runs, and its kernel counter grows by exactly one."""
+    made, launch = (write_launch if kind == "write" else verify_launch)(impl, device)
+    change(launch, device)
+    before = int(made.kernel_run_counter.item())
+    launch.run(impl)
+    assert int(made.kernel_run_counter.item()) == before + 1
