@@ -185,4 +185,6 @@ def fingerprint_scenarios() -> list[dict]:
     one("fp-slots-empty-all", "no slots: an empty result", page4, 2, slots=[])
     what = "slots out of order, repeated, across page boundaries"
     one("fp-slots-scattered-all", what, page4, 2, slots=[11, 3, 4, 3, 0, 7, 8, 11, 5])
+    what = "300 slots: three programs of 128, the last one masked"
+    one("fp-slots-three-programs-all", what, page4, 2, slots=[(7 * i + 5) % 12 for i in range(300)])
     return vectors

@@ -206,6 +206,11 @@ def write_verify_scenarios() -> list[dict]:
             7,
             "the same jumps with enable_chain_position_assert 7: on",
         ),
+        (
+            "wv-position-assert-enable-minus-1",
+            -1,
+            "the same jumps with enable_chain_position_assert -1: on (any value but 0)",
+        ),
     ):
         add(
             vid,
@@ -552,6 +557,39 @@ def write_verify_scenarios() -> list[dict]:
         ("write", two_chains),
         ("corrupt", Corruption("stale", slot=6, other=2)),
         ("verify", _exact(two_chains, check_token=False)),
+    )
+
+    # Edges found by mutation testing (docs/STRENGTH.md).
+    w1 = _write(_request(-1, (0, 3), first_position=50))
+    add(
+        "wv-seed-slot-0",
+        "a chain continued from slot 0, a real slot (only a negative seed is the anchor), "
+        "with one position jump",
+        _world(seed=31),
+        ("write", w1),
+        ("write", _write(_request(0, (5, 6), positions=(51, 60)))),
+    )
+    add(
+        "wv-input-assert-expected-positions-above",
+        "input assert: expected positions above the given ones are reported too",
+        _world(seed=32),
+        ("write", _write(_request(-1, (2, 3, 4)), mismatches={0: "position", 1: "both"})),
+    )
+    w = _write(_request(-1, (1, 2, 3), first_position=40))
+    wrong = [(s, t, p ^ 4, prev) for s, t, p, prev in st_kv.plan_for_chains(st_kv.chains_written(w))]
+    add(
+        "wv-verify-enable-minus-1",
+        "enable -1 runs like 1 (any value but 0)",
+        _world(seed=33),
+        ("write", w),
+        ("verify", _verify(wrong, enable=-1)),
+    )
+    add(
+        "wv-verify-past-one-program",
+        "133 plan entries, two programs of 128: the reported entries are in the second",
+        _world(seed=34),
+        ("write", w),
+        ("verify", _verify([(0, -1, 0, 0)] * 130 + wrong)),
     )
     return out
 
