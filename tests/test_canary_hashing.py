@@ -2,6 +2,7 @@
 are checked by conformance/test_spec_vectors.py against any implementation)."""
 
 import numpy as np
+import pytest
 import torch
 
 import canary
@@ -53,3 +54,25 @@ def test_many_values_match_the_reference_across_programs():
     got = hashing.splitmix64_mix3(*tensors).numpy()
     want = reference.to_signed64(reference.splitmix64_mix3(a, b, c))
     np.testing.assert_array_equal(got, want, strict=True)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [[1, 2], np.array([1, 2]), torch.tensor([1, 2], dtype=torch.int32), torch.tensor([1.0])],
+    ids=["list", "numpy", "int32", "float"],
+)
+def test_inputs_must_be_int64_or_uint64_tensors(value):
+    """Anything but an int64 or uint64 tensor is a TypeError naming the argument."""
+    with pytest.raises(TypeError, match=r"^kv-canary: x must be an int64 or uint64 tensor"):
+        hashing.splitmix64(value)
+    good = torch.tensor([1, 2], dtype=torch.int64)
+    with pytest.raises(TypeError, match=r"^kv-canary: c must be an int64 or uint64 tensor"):
+        hashing.splitmix64_mix3(good, good, value)
+
+
+@pytest.mark.parametrize("sizes", [(4, 3, 3), (3, 4, 3), (3, 3, 4), (2, 3, 3), (3, 2, 3), (3, 3, 2)])
+def test_mix3_needs_one_shape(sizes):
+    """mix3 of a, b and c of different lengths, whichever differs, is a ValueError."""
+    a, b, c = (torch.arange(1, n + 1, dtype=torch.int64) for n in sizes)
+    with pytest.raises(ValueError, match=r"^kv-canary: splitmix64_mix3 needs a, b and c of one shape"):
+        hashing.splitmix64_mix3(a, b, c)
