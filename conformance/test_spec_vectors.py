@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+import reference
 from conformance.assertions import hexu
 
 VECTORS = [
@@ -56,3 +57,11 @@ def test_spec_fingerprint_vectors(impl, device, sources, mode, expected):
     got = impl.fingerprint(built, torch.zeros(1, dtype=torch.int64, device=device), mode=mode)
     assert got.dtype == torch.int64
     assert hexu(got.item()) == hexu(expected), f"CONTRACT §2 gives {hexu(expected)}"
+
+
+@pytest.mark.parametrize("name", ["RealKvHashMode", "CanaryLaunchTag"])
+def test_enums_are_the_contracts(impl, name):
+    """The protocol's enums have exactly SPEC §1's members, by name and value."""
+    got = {member.name: int(member) for member in getattr(impl, name)}
+    want = {member.name: int(member) for member in getattr(reference, name)}
+    assert got == want
