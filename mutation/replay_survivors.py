@@ -9,7 +9,8 @@ the new tests kill. Run it from the repository root, in a clone no one is editin
         mutation/canary_real_kv_hash.toml
 
 One line per survivor: ``killed`` (the tests fail), ``killed (timeout)`` (they run past
-``--timeout`` seconds) or ``SURVIVED``, with the line, the operator and the change.
+``--timeout`` seconds), ``SURVIVED``, or ``skipped`` (matched by ``--exclude``), with the
+line, the operator and the change.
 """
 
 from __future__ import annotations
@@ -79,13 +80,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("session", help="the session database (mutation/<name>.sqlite)")
     parser.add_argument("config", help="the session's config (mutation/<name>.toml)")
     parser.add_argument("--timeout", type=float, default=150.0, help="seconds per mutant")
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="REGEX",
+        help="skip the survivors whose change (`line N: old -> new`) matches; repeatable "
+        "(e.g. annotations, whose verdict does not depend on the tests)",
+    )
     args = parser.parse_args(argv)
     if subprocess.run(["git", "diff", "--quiet"]).returncode:
         parser.error("the working tree has changes; replay in a clean clone")
     with open(args.config) as config:  # the configs keep the command on one line
         command = re.search(r'^test-command = "(.*)"$', config.read(), re.M).group(1)
     for head, diff in survivors(args.session):
-        print(f"{replay(diff, command, args.timeout)}  {head}  {change_of(diff)}", flush=True)
+        change = change_of(diff)
+        if any(re.search(pattern, change) for pattern in args.exclude):
+            print(f"skipped  {head}  {change}", flush=True)
+            continue
+        print(f"{replay(diff, command, args.timeout)}  {head}  {change}", flush=True)
     return 0
 
 
