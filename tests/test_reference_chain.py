@@ -636,3 +636,498 @@ def test_write_slot_outside_a_source_raises():
     with pytest.raises(IndexError, match=r"slot 5 is out of range for real_kv_sources\[0\]"):
         do_write(state, write_plan([(-1, 1)]), [1], [0], [5])
     assert_counters(state, kernel_runs=0, slot_runs=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# allocate: defaults, keywords only, the contract's shapes and dtypes (SPEC §5)
+
+
+def test_state_allocate_defaults():
+    """Unnamed options give a 32-byte stride, kernel_kind 0, no sources, mode NONE, assert off."""
+    state = CanaryState.allocate(num_slots=3, ring_capacity=2)
+    np.testing.assert_array_equal(state.canary_buf, np.zeros((3, 32), np.uint8), strict=True)
+    assert type(state.kernel_kind) is int and state.kernel_kind == 0
+    np.testing.assert_array_equal(state.violation_ring, np.zeros((2, 8), np.int64), strict=True)
+    np.testing.assert_array_equal(state.violation_write_index, np.zeros(1, np.int32), strict=True)
+    np.testing.assert_array_equal(state.slot_run_counter, np.zeros(1, np.int64), strict=True)
+    np.testing.assert_array_equal(state.kernel_run_counter, np.zeros(1, np.int64), strict=True)
+    assert state.real_kv_sources == ()
+    assert state.real_kv_hash_mode == RealKvHashMode.NONE
+    np.testing.assert_array_equal(
+        state.enable_chain_position_assert, np.zeros(1, np.int32), strict=True
+    )
+
+
+def test_allocate_takes_keywords_only():
+    """The state's and both plans' allocate refuse positional arguments."""
+    with pytest.raises(TypeError, match="positional argument"):
+        CanaryState.allocate(4, 8)
+    with pytest.raises(TypeError, match="positional argument"):
+        VerifyPlan.allocate(3)
+    with pytest.raises(TypeError, match="positional argument"):
+        WritePlan.allocate(3)
+
+
+@pytest.mark.parametrize("capacity", [0, -1, -300])
+def test_allocate_refuses_a_capacity_below_one(capacity):
+    """A capacity <= 0 is a ValueError naming the capacity and its value (SPEC §5)."""
+    with pytest.raises(ValueError) as excinfo:
+        VerifyPlan.allocate(verify_capacity=capacity)
+    assert str(excinfo.value) == f"kv-canary: verify_capacity must be > 0, got {capacity}"
+    with pytest.raises(ValueError) as excinfo:
+        WritePlan.allocate(write_req_capacity=capacity)
+    assert str(excinfo.value) == f"kv-canary: write_req_capacity must be > 0, got {capacity}"
+
+
+@pytest.mark.parametrize("capacity", [1, 3, 300])
+def test_fresh_plans_have_the_contract_shapes(capacity):
+    """int64 [cap] entry arrays, int64 [cap + 1] offsets, int32 [1] counters, enable = [1]."""
+    plan = VerifyPlan.allocate(verify_capacity=capacity)
+    for name in (
+        "verify_slot_indices",
+        "verify_expected_tokens",
+        "verify_expected_positions",
+        "verify_prev_slot_indices",
+    ):
+        array = getattr(plan, name)
+        assert (array.dtype, array.shape) == (np.dtype(np.int64), (capacity,)), name
+    assert (plan.verify_num_valid.dtype, plan.verify_num_valid.shape) == (np.dtype(np.int32), (1,))
+    np.testing.assert_array_equal(plan.enable, np.ones(1, np.int32), strict=True)
+
+    wplan = WritePlan.allocate(write_req_capacity=capacity)
+    assert (wplan.write_offsets.dtype, wplan.write_offsets.shape) == (
+        np.dtype(np.int64),
+        (capacity + 1,),
+    )
+    assert (wplan.write_seed_slot_indices.dtype, wplan.write_seed_slot_indices.shape) == (
+        np.dtype(np.int64),
+        (capacity,),
+    )
+    assert (wplan.write_num_valid_reqs.dtype, wplan.write_num_valid_reqs.shape) == (
+        np.dtype(np.int32),
+        (1,),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The oracle's own argument checks
+
+
+def raw_write(state, plan, **arrays):
+    """``reference.write`` with int64 arrays for any token array not given."""
+    arguments = {
+        "input_ids": np.array([21, 22], np.int64),
+        "positions": np.array([0, 1], np.int64),
+        "out_cache_loc": np.array([3, 5], np.int64),
+        "enable_write_input_assert": False,
+        "expected_input_tokens": None,
+        "expected_input_positions": None,
+    }
+    arguments.update(arrays)
+    reference.write(state, plan, **arguments)
+
+
+def assert_refused(launch, state, exception, message):
+    """``launch(state)`` raises ``exception`` with exactly ``message`` and changes nothing."""
+    before = copy.deepcopy(state)
+    with pytest.raises(exception) as excinfo:
+        launch(state)
+    assert str(excinfo.value) == message
+    for name in (
+        "canary_buf",
+        "violation_ring",
+        "violation_write_index",
+        "slot_run_counter",
+        "kernel_run_counter",
+    ):
+        np.testing.assert_array_equal(
+            getattr(state, name), getattr(before, name), strict=True, err_msg=name
+        )
+
+
+@pytest.mark.parametrize("name", ["input_ids", "positions"])
+@pytest.mark.parametrize("length", [1, 3])
+def test_write_refuses_token_arrays_of_another_length(name, length):
+    """input_ids and positions must have as many entries as out_cache_loc."""
+    state = written_chain()
+    array = np.arange(31, 31 + length, dtype=np.int64)
+    assert_refused(
+        lambda s: raw_write(s, write_plan([(-1, 2)]), **{name: array}),
+        state,
+        ValueError,
+        f"kv-canary: {name} has {length} entries but out_cache_loc has 2",
+    )
+
+
+@pytest.mark.parametrize("name", ["expected_input_tokens", "expected_input_positions"])
+@pytest.mark.parametrize("length", [1, 3])
+def test_write_refuses_expected_arrays_of_another_length(name, length):
+    """With the input assert on, the expected arrays must match out_cache_loc too."""
+    state = written_chain()
+    arrays = {
+        "enable_write_input_assert": True,
+        "expected_input_tokens": np.array([21, 22], np.int64),
+        "expected_input_positions": np.array([0, 1], np.int64),
+    }
+    arrays[name] = np.arange(41, 41 + length, dtype=np.int64)
+    assert_refused(
+        lambda s: raw_write(s, write_plan([(-1, 2)]), **arrays),
+        state,
+        ValueError,
+        f"kv-canary: {name} has {length} entries but out_cache_loc has 2",
+    )
+
+
+@pytest.mark.parametrize("length", [3, 5])
+def test_write_refuses_offsets_of_another_length(length):
+    """write_offsets must have capacity + 1 entries; the message gives both counts."""
+    state = written_chain()
+    plan = write_plan([(-1, 1), (-1, 1), (-1, 0)])  # capacity 3: 4 offsets
+    plan.write_offsets = np.array([0, 1, 2, 2, 2][:length], np.int64)
+    assert_refused(
+        lambda s: raw_write(s, plan),
+        state,
+        ValueError,
+        f"kv-canary: plan.write_offsets must have 4 entries, got {length}",
+    )
+
+
+def test_write_refuses_offsets_starting_below_zero():
+    """A request range starting at -1 is refused, not read from the end of the arrays."""
+    state = written_chain()
+    plan = write_plan([(-1, 2)])
+    plan.write_offsets[:] = [-1, 1]
+    assert_refused(
+        lambda s: raw_write(s, plan),
+        state,
+        ValueError,
+        "kv-canary: plan.write_offsets must be non-decreasing within the 2 token entries, "
+        "got [-1, 1) for request 0",
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "array", "message"),
+    [
+        ("input_ids", np.array(21, np.int64), "must be 1-D, got shape ()"),
+        ("positions", np.array([[0, 1]], np.int64), "must be 1-D, got shape (1, 2)"),
+        ("out_cache_loc", np.array([[3], [5]], np.int64), "must be 1-D, got shape (2, 1)"),
+        ("input_ids", np.array([21.0, 22.0]), "must hold integers, got dtype float64"),
+        ("positions", np.array([0.0, 1.0], np.float32), "must hold integers, got dtype float32"),
+        ("out_cache_loc", np.array([True, False]), "must hold integers, got dtype bool"),
+    ],
+)
+def test_write_refuses_token_arrays_of_the_wrong_kind(name, array, message):
+    """Token arrays must be 1-D integers; the message names the array."""
+    assert_refused(
+        lambda s: raw_write(s, write_plan([(-1, 2)]), **{name: array}),
+        written_chain(),
+        ValueError,
+        f"kv-canary: {name} {message}",
+    )
+
+
+def test_write_accepts_empty_token_arrays_of_any_dtype():
+    """An empty token array holds no value, so its dtype is not checked."""
+    state = written_chain()
+    empty = np.array([], dtype=np.float64)
+    raw_write(state, write_plan([(-1, 0)]), input_ids=empty, positions=empty, out_cache_loc=empty)
+    assert_counters(state, kernel_runs=2, slot_runs=3)
+
+
+@pytest.mark.parametrize(
+    ("name", "array", "message"),
+    [
+        ("verify_slot_indices", np.array([[3]], np.int64), "must be 1-D, got shape (1, 1)"),
+        ("verify_prev_slot_indices", np.array(-1, np.int64), "must be 1-D, got shape ()"),
+        ("verify_expected_positions", np.array([0.0]), "must hold integers, got dtype float64"),
+        ("verify_expected_tokens", np.array([[11]], np.int64), "must be 1-D, got shape (1, 1)"),
+    ],
+)
+def test_verify_refuses_plan_arrays_of_the_wrong_kind(name, array, message):
+    """Plan entry arrays must be 1-D integers; the message names the field."""
+    plan = verify_plan([(3, 11, 0, -1)])
+    setattr(plan, name, array)
+    assert_refused(
+        lambda s: reference.verify(s, plan, check_verify_expected_token=True),
+        written_chain(),
+        ValueError,
+        f"kv-canary: plan.{name} {message}",
+    )
+
+
+@pytest.mark.parametrize(
+    "name", ["verify_prev_slot_indices", "verify_expected_positions", "verify_expected_tokens"]
+)
+@pytest.mark.parametrize("length", [1, 3])
+def test_verify_refuses_entry_arrays_of_another_length(name, length):
+    """Every entry array must have as many entries as verify_slot_indices."""
+    plan = verify_plan([(3, 11, 0, -1), (5, 12, 1, 3)])
+    setattr(plan, name, np.array([3, 5, 7][:length], np.int64))
+    assert_refused(
+        lambda s: reference.verify(s, plan, check_verify_expected_token=True),
+        written_chain(),
+        ValueError,
+        f"kv-canary: plan.{name} must have 2 entries, got {length}",
+    )
+
+
+def test_verify_reads_no_expected_tokens_with_the_flag_false():
+    """With check_verify_expected_token false the expected tokens are not even read."""
+    state = written_chain()
+    plan = chain_verify_plan()
+    plan.verify_expected_tokens = np.array([[1.5]])
+    reference.verify(state, plan, check_verify_expected_token=False)
+    assert_ring(state, [])
+    assert_counters(state, kernel_runs=2, slot_runs=6)
+
+
+@pytest.mark.parametrize(
+    "canary_buf",
+    [
+        np.zeros((16, 32), np.int8),
+        np.zeros((16, 32), np.int64),
+        np.zeros((16, 32), np.uint16),
+        np.zeros((16, 32), np.bool_),
+        np.zeros(16 * 32, np.uint8),
+        np.zeros((16, 4, 32), np.uint8),
+    ],
+    ids=["int8", "int64", "uint16", "bool", "1-D", "3-D"],
+)
+def test_launches_refuse_a_canary_buf_that_is_not_2d_uint8(canary_buf):
+    """Write and verify refuse a canary buffer of another dtype or ndim, naming it."""
+    state = new_state()
+    state.canary_buf = canary_buf
+    message = (
+        "kv-canary: context.canary_buf must be uint8 [num_slots, slot_stride_bytes], "
+        f"got {canary_buf.dtype} {canary_buf.shape}"
+    )
+    assert_refused(lambda s: raw_write(s, write_plan([(-1, 2)])), state, ValueError, message)
+    assert_refused(
+        lambda s: reference.verify(
+            s, verify_plan([(3, 11, 0, -1)]), check_verify_expected_token=True
+        ),
+        state,
+        ValueError,
+        message,
+    )
+
+
+@pytest.mark.parametrize("stride", [24, 36, 31, 0])
+def test_launches_refuse_a_bad_slot_stride(stride):
+    """A stride under 32 bytes or not a multiple of 8 is refused by both launches."""
+    state = new_state()
+    state.canary_buf = np.zeros((NUM_SLOTS, stride), np.uint8)
+    message = (
+        "kv-canary: context.canary_buf slot stride must be >= 32 bytes and a multiple of 8, "
+        f"got {stride}"
+    )
+    assert_refused(lambda s: raw_write(s, write_plan([(-1, 2)])), state, ValueError, message)
+    assert_refused(
+        lambda s: reference.verify(
+            s, verify_plan([(3, 11, 0, -1)]), check_verify_expected_token=True
+        ),
+        state,
+        ValueError,
+        message,
+    )
+
+
+@pytest.mark.parametrize("stride", [40, 264])
+def test_launches_accept_wide_slot_strides(stride):
+    """Any multiple of 8 from 32 up is a valid stride; only the first 32 bytes are used."""
+    state = new_state(slot_stride_bytes=stride)
+    state.canary_buf[:, 32:] = 0x5A
+    do_write(state, write_plan([(-1, 3)]), CHAIN_TOKENS, CHAIN_POSITIONS, CHAIN_SLOTS)
+    reference.verify(state, chain_verify_plan(), check_verify_expected_token=True)
+    h1 = step(anchor_hash(), 11, 0)
+    assert_fields(state, 7, 13, 2, s64(step(h1, 12, 1)), 0)
+    assert (state.canary_buf[:, 32:] == 0x5A).all()
+    assert_ring(state, [])
+    assert_counters(state, kernel_runs=2, slot_runs=6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Slot ranges at the edges: slot 0, -1 and a canary buffer of no slots
+
+
+def empty_buffer_state() -> CanaryState:
+    return CanaryState.allocate(num_slots=0, ring_capacity=4, kernel_kind=KIND)
+
+
+@pytest.mark.parametrize("requests", [[(0, 1)], [(0, 0)]], ids=["one-entry", "empty-request"])
+def test_write_seed_slot_zero_is_range_checked(requests):
+    """Seed slot 0 is a real slot: with no slots in the buffer it is out of range."""
+    assert_refused(
+        lambda s: do_write(
+            s,
+            write_plan(requests),
+            [21] * requests[0][1],
+            [0] * requests[0][1],
+            [-1] * requests[0][1],
+        ),
+        empty_buffer_state(),
+        IndexError,
+        "kv-canary: plan.write_seed_slot_indices[0] = 0 is out of range for canary_buf "
+        "with 0 slots",
+    )
+
+
+def test_write_slot_zero_is_range_checked():
+    """Written slot 0 is a real slot: with no slots in the buffer it is out of range."""
+    assert_refused(
+        lambda s: do_write(s, write_plan([(-1, 2)]), [21, 22], [0, 1], [-1, 0]),
+        empty_buffer_state(),
+        IndexError,
+        "kv-canary: out_cache_loc[1] = 0 is out of range for canary_buf with 0 slots",
+    )
+
+
+def test_write_anchor_seeds_and_skipped_slots_read_no_slot():
+    """Seeds -1 and -5 and slots -1 need no slot at all: a buffer of no slots is fine."""
+    state = empty_buffer_state()
+    state.enable_chain_position_assert[0] = 1
+    do_write(state, write_plan([(-1, 2), (-5, 1)]), [21, 22, 23], [4, 9, 2], [-1, -1, -3])
+    assert_counters(state, kernel_runs=1, slot_runs=0)
+    assert_ring(state, [])
+
+
+def test_verify_slot_minus_one_is_refused():
+    """A verify slot of -1 is an IndexError naming it, not a read of the last slot."""
+    state = written_chain()
+    state.canary_buf[NUM_SLOTS - 1, :32] = 0x3C
+    assert_refused(
+        lambda s: reference.verify(
+            s, verify_plan([(3, 11, 0, -1), (-1, 1, 0, -1)]), check_verify_expected_token=True
+        ),
+        state,
+        IndexError,
+        "kv-canary: plan.verify_slot_indices[1] = -1 is out of range for canary_buf with 16 slots",
+    )
+
+
+def write_slot_zero(state, token=31, pos=40):
+    """Store (token, pos) in slot 0 from the anchor; return the chain value that follows it."""
+    do_write(state, write_plan([(-1, 1)]), [token], [pos], [0])
+    return step(anchor_hash(), token, pos)
+
+
+def test_write_seeded_from_slot_zero_continues_its_chain():
+    """Seed 0 is a real slot: the chain continues from slot 0's stored record, not the anchor."""
+    state = new_state()
+    h0 = write_slot_zero(state)
+    do_write(state, write_plan([(0, 2)]), [32, 33], [41, 42], [6, 9])
+    assert_fields(state, 6, 32, 41, s64(h0), 0)
+    assert_fields(state, 9, 33, 42, s64(step(h0, 32, 41)), 0)
+    assert_counters(state, kernel_runs=2, slot_runs=3)
+    reference.verify(
+        state, verify_plan([(6, 32, 41, 0), (9, 33, 42, 6)]), check_verify_expected_token=True
+    )
+    assert_ring(state, [])
+
+
+def test_position_assert_from_seed_slot_zero():
+    """Seed 0 activates the position assert, and prev_pos starts at slot 0's position."""
+    state = new_state(position_assert=True)
+    h0 = write_slot_zero(state, pos=40)
+    do_write(state, write_plan([(0, 1)]), [32], [41], [6])  # 41 follows 40: no row
+    assert_ring(state, [])
+    do_write(state, write_plan([(0, 2)]), [34, 35], [50, 51], [7, 8])
+    assert_ring(state, [(KIND, 7, 50, 34, 34, s64(h0), 41, W_POSITION)])
+
+
+@pytest.mark.parametrize("flag", [-1, 2])
+def test_position_assert_runs_for_any_nonzero_flag(flag):
+    """enable_chain_position_assert != 0 turns the assert on, negative values included."""
+    state = written_chain()
+    state.enable_chain_position_assert[0] = flag
+    h3 = step(step(step(anchor_hash(), 11, 0), 12, 1), 13, 2)
+    do_write(state, write_plan([(7, 1)]), [14], [9], [8])
+    assert_ring(state, [(KIND, 8, 9, 14, 14, s64(h3), 3, W_POSITION)])
+
+
+def test_verify_checks_expected_tokens_below_minus_one():
+    """Only -1 means "do not check": an expected token of -2 is compared and reported."""
+    state = written_chain()
+    reference.verify(state, verify_plan([(5, -2, 1, 3)]), check_verify_expected_token=True)
+    h1 = s64(step(anchor_hash(), 11, 0))
+    assert_ring(state, [(KIND, 5, 1, 12, -2, h1, h1, TOKEN)])
+
+
+def test_ring_negative_write_index_stores_nothing():
+    """A negative write index is outside the ring: the index advances, no row is stored."""
+    state = written_chain(ring_capacity=3)
+    state.violation_ring[:] = np.arange(1, 25, dtype=np.int64).reshape(3, 8)
+    state.violation_write_index[0] = -1
+    reference.verify(state, verify_plan([(5, 12, 9, 3)]), check_verify_expected_token=True)
+    np.testing.assert_array_equal(state.violation_write_index, np.array([0], np.int32), strict=True)
+    np.testing.assert_array_equal(
+        state.violation_ring, np.arange(1, 25, dtype=np.int64).reshape(3, 8), strict=True
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Sizes past 256, where two equal ints are distinct objects
+
+
+def test_write_and_verify_of_300_entries():
+    """300 requests of one entry each, positions past 256 matching their expectations."""
+    count = 300
+    state = CanaryState.allocate(num_slots=count + 1, ring_capacity=4, kernel_kind=KIND)
+    plan = write_plan([(-1, 1)] * count)
+    tokens = np.arange(1000, 1000 + count, dtype=np.int64)
+    positions = np.arange(500, 500 + count, dtype=np.int64)
+    slots = np.arange(1, count + 1, dtype=np.int64)
+    reference.write(
+        state,
+        plan,
+        input_ids=tokens,
+        positions=positions,
+        out_cache_loc=slots,
+        enable_write_input_assert=True,
+        expected_input_tokens=tokens.copy(),
+        expected_input_positions=positions.copy(),
+    )
+    assert_ring(state, [])
+    assert_counters(state, kernel_runs=1, slot_runs=count)
+    assert_fields(state, 1, 1000, 500, s64(anchor_hash()), 0)
+    assert_fields(state, count, 1000 + count - 1, 500 + count - 1, s64(anchor_hash()), 0)
+
+    vplan = VerifyPlan.allocate(verify_capacity=count)
+    vplan.verify_slot_indices[:] = slots
+    vplan.verify_expected_tokens[:] = tokens
+    vplan.verify_expected_positions[:] = positions
+    vplan.verify_prev_slot_indices[:] = -1
+    vplan.verify_num_valid[0] = count
+    reference.verify(state, vplan, check_verify_expected_token=True)
+    assert_ring(state, [])
+    assert_counters(state, kernel_runs=2, slot_runs=2 * count)
+
+
+def test_write_of_300_entries_in_one_request():
+    """One request of 300 entries: the chain runs through all of them."""
+    count = 300
+    state = CanaryState.allocate(num_slots=count + 1, ring_capacity=4, kernel_kind=KIND)
+    tokens = list(range(2000, 2000 + count))
+    positions = list(range(count))
+    do_write(state, write_plan([(-1, count)]), tokens, positions, list(range(1, count + 1)))
+    running = anchor_hash()
+    for token, pos in zip(tokens[:-1], positions[:-1], strict=True):
+        running = step(running, token, pos)
+    assert_fields(state, count, tokens[-1], positions[-1], s64(running), 0)
+    assert_counters(state, kernel_runs=1, slot_runs=count)
+
+
+def test_verify_prev_slot_one_is_checked():
+    """Only prev 0 skips the chain check: prev 1 is a slot like any other."""
+    state = written_chain()
+    do_write(state, write_plan([(-1, 1)]), [17], [6], [1])
+    h_after_1 = s64(step(anchor_hash(), 17, 6))
+    reference.verify(state, verify_plan([(5, 12, 1, 1)]), check_verify_expected_token=True)
+    h1 = s64(step(anchor_hash(), 11, 0))
+    assert_ring(state, [(KIND, 5, 1, 12, 12, h1, h_after_1, CHAIN)])
+    # slot 1 continued from the anchor is a clean predecessor of a slot seeded from it
+    do_write(state, write_plan([(1, 1)]), [18], [7], [2])
+    reference.verify(state, verify_plan([(2, 18, 7, 1)]), check_verify_expected_token=True)
+    assert_ring(state, [(KIND, 5, 1, 12, 12, h1, h_after_1, CHAIN)])
+    assert_counters(state, kernel_runs=5, slot_runs=3 + 1 + 1 + 1 + 1)
