@@ -123,10 +123,11 @@ def append_violation(
     kind, slot, position, stored_token, expected_token, chain, aux, bits,
     emit,  # which lanes report a violation
 ):
-    # Fill-once ring: every violation takes an index; only those below the capacity are stored.
+    # Fill-once ring: every violation takes an index; only those in [0, capacity) are stored
+    # (an index driven negative, by its caller or by wrapping past 2**31, stores nothing).
     # relaxed: the index only has to be unique; the host reads the ring after the launch
     idx = tl.atomic_add(write_index_ptr + slot * 0, 1, mask=emit, sem="relaxed")
-    keep = emit & (idx < ring_capacity)
+    keep = emit & (idx < ring_capacity) & (idx >= 0)
     row = ring_ptr + idx.to(tl.int64) * 8
     tl.store(row + 0, kind + slot * 0, mask=keep)
     tl.store(row + 1, slot, mask=keep)

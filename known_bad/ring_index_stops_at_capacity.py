@@ -5,8 +5,8 @@ from known_bad._mutate import export, patch_kernels
 
 patch_kernels(
     (
-        "    keep = emit & (idx < ring_capacity)\n",
-        "    keep = emit & (idx < ring_capacity)\n"
+        "    keep = emit & (idx < ring_capacity) & (idx >= 0)\n",
+        "    keep = emit & (idx < ring_capacity) & (idx >= 0)\n"
         "    tl.atomic_add(write_index_ptr + (slot * 0).to(tl.int32), -1, mask=emit & (idx >= ring_capacity))\n",
     )
 )

@@ -2,15 +2,15 @@
 SPEC §5 ("no stored row is overwritten").
 
 Kept safe: the wrapped index is always a row of the ring, and nothing is stored in an
-empty ring.
+empty ring or at a negative index.
 """
 
 from known_bad._mutate import export, patch_kernels
 
 patch_kernels(
     (
-        "    keep = emit & (idx < ring_capacity)\n    row = ring_ptr + idx.to(tl.int64) * 8\n",
-        "    keep = emit & ((idx * 0 + ring_capacity) > 0)\n"
+        "    keep = emit & (idx < ring_capacity) & (idx >= 0)\n    row = ring_ptr + idx.to(tl.int64) * 8\n",
+        "    keep = emit & ((idx * 0 + ring_capacity) > 0) & (idx >= 0)\n"
         "    row = ring_ptr + (idx % tl.maximum(ring_capacity, 1)).to(tl.int64) * 8\n",
     )
 )

@@ -265,6 +265,13 @@ def write_verify_scenarios() -> list[dict]:
         ("verify", bad),
     )
     add(
+        "wv-ring-negative-start",
+        "a write index driven to -2: the indices below 0 store nothing and keep counting",
+        _world(seed=35, ring_capacity=4, ring_start=-2),
+        ("write", w),
+        ("verify", bad),
+    )
+    add(
         "wv-ring-capacity-0",
         "a ring of no rows: write assert violations are only counted",
         _world(seed=11, ring_capacity=0),
