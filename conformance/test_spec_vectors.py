@@ -62,6 +62,7 @@ def test_spec_fingerprint_vectors(impl, device, sources, mode, expected):
 @pytest.mark.parametrize("name", ["RealKvHashMode", "CanaryLaunchTag"])
 def test_enums_are_the_contracts(impl, name):
     """The protocol's enums have exactly SPEC §1's members, by name and value."""
-    got = {member.name: int(member) for member in getattr(impl, name)}
-    want = {member.name: int(member) for member in getattr(reference, name)}
+    # __members__, not iteration: iteration skips a member whose value repeats another's
+    got = {key: int(member) for key, member in getattr(impl, name).__members__.items()}
+    want = {key: int(member) for key, member in getattr(reference, name).__members__.items()}
     assert got == want

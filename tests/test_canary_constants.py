@@ -37,24 +37,33 @@ def test_values_are_the_contracts(module):
 def test_enums_are_the_contracts(module):
     constants = importlib.import_module(module)
     for name in ENUMS:
-        got = {member.name: int(member) for member in getattr(constants, name)}
-        assert got == {member.name: int(member) for member in getattr(spec, name)}, name
+        # __members__, not iteration: iteration skips a member whose value repeats another's
+        got = {key: int(member) for key, member in getattr(constants, name).__members__.items()}
+        want = {key: int(member) for key, member in getattr(spec, name).__members__.items()}
+        assert got == want, name
 
 
 @pytest.mark.parametrize("module", MODULES)
 def test_field_indices_are_the_contracts(module):
     """``FIELD_<field>`` indexes a canary slot's int64 fields as SPEC §5 orders them."""
     constants = importlib.import_module(module)
-    for field in spec.CanaryField:
-        assert getattr(constants, f"FIELD_{field.name}") == field, field.name
+    for name, field in spec.CanaryField.__members__.items():
+        assert getattr(constants, f"FIELD_{name}") == int(field), name
 
 
 def test_ring_columns_are_the_contracts():
     """canary.constants' ``VIOLATION_<column>`` (SGLang's names) index a ring row as SPEC §5 does."""
     from canary import constants
 
-    for column in spec.ViolationField:
-        assert getattr(constants, f"VIOLATION_{column.name}") == column, column.name
+    for name, column in spec.ViolationField.__members__.items():
+        assert getattr(constants, f"VIOLATION_{name}") == int(column), name
+
+
+@pytest.mark.parametrize("name", ["CanaryField", "ViolationField", *ENUMS])
+def test_no_two_members_share_a_value(name):
+    """Every member of SPEC §1's enums is its own value: none is an alias of another."""
+    members = getattr(spec, name).__members__
+    assert len({int(member) for member in members.values()}) == len(members)
 
 
 def test_the_reference_exports_the_protocol_enums():
