@@ -8,6 +8,9 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
+from canary import gpu_types
 from canary.gpu_types import GPU_TYPES, compile_targets
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,3 +57,31 @@ def test_hardware_check_knows_every_gpu_type():
         sys.path.pop(0)
     for gpu in GPU_TYPES:
         assert check_gpu_type.parse_label(gpu.leg) == (gpu.vendor, gpu.label)
+
+
+# Each GPU type as the table must spell it: (label, leg, Triton target, compile leg, warp size).
+EXPECTED = [
+    ("a100", "cuda-a100", "cuda:80", "sm80", 32),
+    ("h100", "cuda-h100", "cuda:90", "sm90", 32),
+    ("h200", "cuda-h200", "cuda:90", "sm90", 32),
+    ("b200", "cuda-b200", "cuda:100", "sm100", 32),
+    ("mi300", "rocm-mi300", "hip:gfx942", "gfx942", 64),
+    ("mi355", "rocm-mi355", "hip:gfx950", "gfx950", 64),
+]
+
+
+def test_every_gpu_type_names_its_targets():
+    """Legs, Triton targets, compile legs and warp sizes, type by type, found by label."""
+    got = [
+        (g.label, g.leg, g.target_name, g.compile_leg, g.warp_size)
+        for g in (gpu_types.by_label(label) for label, *_ in EXPECTED)
+    ]
+    assert got == EXPECTED
+    assert [g.label for g in gpu_types.GPU_TYPES] == [label for label, *_ in EXPECTED]
+    with pytest.raises(KeyError):
+        gpu_types.by_label("h20")
+
+
+def test_gpu_types_are_frozen():
+    with pytest.raises(AttributeError):
+        gpu_types.GPU_TYPES[0].arch = 0
