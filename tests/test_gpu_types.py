@@ -80,6 +80,8 @@ def test_every_gpu_type_names_its_targets():
     assert [g.label for g in gpu_types.GPU_TYPES] == [label for label, *_ in EXPECTED]
     with pytest.raises(KeyError):
         gpu_types.by_label("h20")
+    # a label built at run time (as from a command line) is found by value
+    assert gpu_types.by_label("".join(["h", "200"])) is gpu_types.by_label("h200")
 
 
 def test_gpu_types_are_frozen():
