@@ -361,7 +361,9 @@ def test_entries_past_num_valid_are_not_validated(impl, device):
     made, launch = write_launch(impl, device)  # a third request, not valid, of garbage
     plan = launch.plan
     plan["write_offsets"] = torch.cat([plan["write_offsets"], plan["write_offsets"][:1] + 10**9])
-    plan["write_seed_slot_indices"] = torch.cat([plan["write_seed_slot_indices"][:2], plan["write_seed_slot_indices"][:1] + 10**9])
+    plan["write_seed_slot_indices"] = torch.cat(
+        [plan["write_seed_slot_indices"][:2], plan["write_seed_slot_indices"][:1] + 10**9]
+    )
     launch.run(impl)
     for num_valid in (0, -3):  # not even the first request is read
         made, launch = write_launch(impl, device)
@@ -682,7 +684,9 @@ PLAN_CAPACITIES = {"VerifyPlan": "verify_capacity", "WritePlan": "write_req_capa
 
 
 def allocate(impl, device, plan_type: str, capacity):
-    return getattr(impl, plan_type).allocate(**{PLAN_CAPACITIES[plan_type]: capacity, "device": device})
+    return getattr(impl, plan_type).allocate(
+        **{PLAN_CAPACITIES[plan_type]: capacity, "device": device}
+    )
 
 
 @write_verify
@@ -703,7 +707,9 @@ def test_allocate_refuses_a_capacity_below_one(impl, device, plan_type, capacity
 def test_allocate_refuses_a_capacity_that_is_no_int(impl, device, plan_type, capacity):
     """A capacity that is not an int (a bool is no capacity either) is a TypeError naming it."""
     assert_kv_canary_refusal(
-        lambda: allocate(impl, device, plan_type, capacity), TypeError, (PLAN_CAPACITIES[plan_type],)
+        lambda: allocate(impl, device, plan_type, capacity),
+        TypeError,
+        (PLAN_CAPACITIES[plan_type],),
     )
 
 
@@ -737,7 +743,9 @@ def test_allocated_plans_have_the_contract_shapes(impl, device, capacity):
     }
     for (plan, field), (shape, dtype) in expected.items():
         tensor = getattr(plan, field)
-        assert (tuple(tensor.shape), tensor.dtype) == (shape, dtype), f"{field}: {tensor.shape} {tensor.dtype}"
+        assert (tuple(tensor.shape), tensor.dtype) == (shape, dtype), (
+            f"{field}: {tensor.shape} {tensor.dtype}"
+        )
         assert tensor.device.type == torch.device(device).type, f"{field} on {tensor.device}"
     assert int(verify.enable[0]) == 1, "a fresh VerifyPlan must be enabled"
 

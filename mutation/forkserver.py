@@ -85,9 +85,7 @@ def _preload() -> None:
 
     for name in PRELOAD:
         importlib.import_module(name)
-    leaked = sorted(
-        name for name in sys.modules if name.split(".", 1)[0] in PROJECT_PACKAGES
-    )
+    leaked = sorted(name for name in sys.modules if name.split(".", 1)[0] in PROJECT_PACKAGES)
     if leaked:  # a child would test these modules as they were when the server started
         raise SystemExit(f"forkserver: preloading imported project modules {leaked}")
 
@@ -178,8 +176,14 @@ def _watch(conn: socket.socket, request: dict) -> None:
 def run(path: str, args: list[str], limit: float) -> int:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(path)
-    env = {key: value for key, value in os.environ.items() if key.startswith(("HYPOTHESIS", "KV_CANARY", "CI"))}
-    _send_message(conn, json.dumps({"cwd": os.getcwd(), "args": args, "limit": limit, "env": env}).encode())
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key.startswith(("HYPOTHESIS", "KV_CANARY", "CI"))
+    }
+    _send_message(
+        conn, json.dumps({"cwd": os.getcwd(), "args": args, "limit": limit, "env": env}).encode()
+    )
     out = sys.stdout.buffer
     tail = b""  # the last 5 bytes received, held back: they may be the status trailer
     while True:
@@ -208,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     serve_parser.add_argument("--socket", required=True)
     run_parser = sub.add_parser("run", help="run pytest ARGS in a fork of the server")
     run_parser.add_argument("--socket", required=True)
-    run_parser.add_argument("--limit", type=float, default=float(os.environ.get("KV_CANARY_FORK_LIMIT", 600)))
+    run_parser.add_argument(
+        "--limit", type=float, default=float(os.environ.get("KV_CANARY_FORK_LIMIT", 600))
+    )
     run_parser.add_argument("args", nargs=argparse.REMAINDER)
     options = parser.parse_args(argv)
     if options.command == "serve":

@@ -9,6 +9,9 @@ so this is checked here, without a GPU, on the bound ``JITFunction`` objects the
 import inspect
 
 import pytest
+import torch
+from triton.runtime.interpreter import InterpretedFunction
+from triton.runtime.jit import JITFunction
 
 import canary.kernels
 from canary import _runtime
@@ -42,3 +45,54 @@ def test_integer_parameters_are_not_specialised_on_value(name):
     for param in compiled.params:
         if not param.is_constexpr and not param.name.endswith("_ptr"):
             assert param.do_not_specialize, f"{name}.{param.name} would specialise on 1 / %16"
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_pointers_and_constexprs_keep_their_specialisation(name):
+    """Only runtime integers opt out of specialisation: pointers keep Triton's 16-byte
+    alignment specialisation (the fold's 16-byte loads depend on it), constexprs their own."""
+    compiled = getattr(_runtime._kernels("compiled"), name)
+    kept = [p.name for p in compiled.params if p.is_constexpr or p.name.endswith("_ptr")]
+    assert kept, f"{name} has no pointer or constexpr parameter; this test would prove nothing"
+    for param in compiled.params:
+        if param.name in kept:
+            assert not param.do_not_specialize, f"{name}.{param.name} lost its specialisation"
+
+
+def test_each_device_type_gets_its_triton_mode():
+    """CUDA/ROCm tensors get compiled kernels, CPU tensors interpreted ones, others an error."""
+    compiled = _runtime.kernels_for(torch.device("cuda"))
+    interpreted = _runtime.kernels_for(torch.device("cpu"))
+    for name in KERNELS:
+        assert isinstance(getattr(compiled, name), JITFunction), name
+        assert isinstance(getattr(interpreted, name), InterpretedFunction), name
+    assert _runtime.kernels_for(torch.device("cpu")) is interpreted, "bound once per mode"
+    with pytest.raises(ValueError, match=r"^kv-canary: no Triton backend for tensors on meta"):
+        _runtime.kernels_for(torch.device("meta"))
+    assert _runtime.is_interpreted(torch.device("cpu"))
+    for other in ("cuda", "meta"):
+        assert not _runtime.is_interpreted(torch.device(other)), other
+
+
+def test_captured_launches_are_recorded_not_run():
+    """Inside capture_launches a launch is handed back with its arguments and nothing runs."""
+    out = torch.full((3,), 7, dtype=torch.int64)
+    values = torch.tensor([1, 2, 3], dtype=torch.int64)
+    with _runtime.capture_launches() as launches:
+        _runtime.launch_kernel(
+            torch.device("cpu"),
+            "hash_kernel",
+            (1,),
+            out,
+            values,
+            values,
+            values,
+            3,
+            MIX3=False,
+            BLOCK=128,
+        )
+    assert [(launch.name, launch.grid, launch.kwargs) for launch in launches] == [
+        ("hash_kernel", (1,), {"MIX3": False, "BLOCK": 128})
+    ]
+    assert launches[0].args[0] is out
+    assert out.tolist() == [7, 7, 7], "a captured launch ran"

@@ -21,7 +21,10 @@ VALUES = [
     "MAX_REAL_KV_SOURCES",
 ]
 # the PARTIAL window under each module's own name
-PARTIAL_NAMES = {"canary.constants": "PARTIAL_READ_BYTES", "canary._torch_contract": "PARTIAL_WINDOW_BYTES"}
+PARTIAL_NAMES = {
+    "canary.constants": "PARTIAL_READ_BYTES",
+    "canary._torch_contract": "PARTIAL_WINDOW_BYTES",
+}
 ENUMS = ["RealKvHashMode", "FailReason", "CanaryLaunchTag"]
 
 

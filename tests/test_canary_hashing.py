@@ -70,9 +70,13 @@ def test_inputs_must_be_int64_or_uint64_tensors(value):
         hashing.splitmix64_mix3(good, good, value)
 
 
-@pytest.mark.parametrize("sizes", [(4, 3, 3), (3, 4, 3), (3, 3, 4), (2, 3, 3), (3, 2, 3), (3, 3, 2)])
+@pytest.mark.parametrize(
+    "sizes", [(4, 3, 3), (3, 4, 3), (3, 3, 4), (2, 3, 3), (3, 2, 3), (3, 3, 2)]
+)
 def test_mix3_needs_one_shape(sizes):
     """mix3 of a, b and c of different lengths, whichever differs, is a ValueError."""
     a, b, c = (torch.arange(1, n + 1, dtype=torch.int64) for n in sizes)
-    with pytest.raises(ValueError, match=r"^kv-canary: splitmix64_mix3 needs a, b and c of one shape"):
+    with pytest.raises(
+        ValueError, match=r"^kv-canary: splitmix64_mix3 needs a, b and c of one shape"
+    ):
         hashing.splitmix64_mix3(a, b, c)

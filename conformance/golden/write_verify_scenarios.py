@@ -583,7 +583,9 @@ def write_verify_scenarios() -> list[dict]:
         ("write", _write(_request(-1, (2, 3, 4)), mismatches={0: "position", 1: "both"})),
     )
     w = _write(_request(-1, (1, 2, 3), first_position=40))
-    wrong = [(s, t, p ^ 4, prev) for s, t, p, prev in st_kv.plan_for_chains(st_kv.chains_written(w))]
+    wrong = [
+        (s, t, p ^ 4, prev) for s, t, p, prev in st_kv.plan_for_chains(st_kv.chains_written(w))
+    ]
     add(
         "wv-verify-enable-minus-1",
         "enable -1 runs like 1 (any value but 0)",
