@@ -260,6 +260,7 @@ CASES = [
     ("offsets start at -1", "write", set_item("plan", "write_offsets", 0, -1), ValueError, None, ("write_offsets",)),
     ("seed 8 of 8 slots", "write", set_item("plan", "write_seed_slot_indices", 1, NUM_SLOTS), IndexError, None, ("write_seed_slot_indices", str(NUM_SLOTS))),
     ("slot 0 of a canary_buf of no slots", "write", all_of(set_in("context", "canary_buf", lambda t, d: t[:0]), set_in("args", "out_cache_loc", lambda t, d: torch.zeros_like(t))), IndexError, None, ("out_cache_loc", "0")),
+    ("seed slot 0 of a canary_buf of no slots", "write", all_of(set_in("context", "canary_buf", lambda t, d: t[:0]), set_item("plan", "write_seed_slot_indices", 0, 0), set_in("args", "out_cache_loc", lambda t, d: torch.full_like(t, -1))), IndexError, None, ("write_seed_slot_indices", "0")),
     ("out_cache_loc 12 of 8 slots", "write", set_item("args", "out_cache_loc", 4, 12), IndexError, None, ("out_cache_loc", "12")),
     # verify plan
     ("verify slots strided", "verify", set_in("plan", "verify_slot_indices", lambda t, d: strided(t)), ValueError, "kv-canary: plan.verify_slot_indices must be contiguous", ()),
