@@ -402,6 +402,16 @@ def write_verify_scenarios() -> list[dict]:
             ("write", w),
             ("verify", _verify(tokens_plan, check_token=check)),
         )
+    add(
+        "wv-verify-token-check-negative",
+        "expected tokens -2 and INT64_MIN are checked like any other; only -1 means unchecked",
+        _world(seed=36, kernel_kind=5),
+        ("write", w),
+        (
+            "verify",
+            _verify([(e[0][0], -2, *e[0][2:]), (e[1][0], INT64_MIN, *e[1][2:]), *e[2:]]),
+        ),
+    )
     w = _write(
         _request(-1, (1, 2, 3), tokens=(INT64_MIN, INT64_MAX, 0), first_position=-3),
         _request(-1, (4, 5), tokens=(-1, 2**62)),
