@@ -7,7 +7,10 @@ from known_bad._mutate import export, patch_function
 patch_function(
     launch,
     "check_verify_launch",
-    ("    if enabled:\n        # A plan disabled", "    if True:\n        # A plan disabled"),
+    (
+        "    if int(plan.enable.item()) != 0:\n        # A plan disabled",
+        "    if True:\n        # A plan disabled",
+    ),
 )
 
 export(globals())
