@@ -172,17 +172,22 @@ def misaligned(tensor: torch.Tensor, device) -> torch.Tensor:
     return backing[start : start + tensor.numel()].view(tensor.shape)
 
 
+def replace_first_source(launch: Launch, **changes) -> None:
+    """The context's sources become its first one with ``changes`` (``tensor``, ``page_size``)."""
+    first = launch.context["real_kv_sources"][0]
+    fields = {
+        "tensor": first.tensor,
+        "page_size": first.page_size,
+        "num_bytes_per_token": first.num_bytes_per_token,
+        "read_bytes": first.read_bytes,
+    }
+    launch.context["real_kv_sources"] = (type(first)(**{**fields, **changes}),)
+
+
 def source_of_one_slot(launch: Launch, device):
     """The source now addresses slot 0 only: the first token of its first row."""
     first = launch.context["real_kv_sources"][0]
-    launch.context["real_kv_sources"] = (
-        type(first)(
-            tensor=first.tensor[:1],
-            page_size=1,
-            num_bytes_per_token=first.num_bytes_per_token,
-            read_bytes=first.read_bytes,
-        ),
-    )
+    replace_first_source(launch, tensor=first.tensor[:1], page_size=1)
 
 
 def five_sources(launch: Launch, device):
@@ -202,27 +207,13 @@ def five_sources_one_elsewhere(launch: Launch, device):
 
 def source_elsewhere(launch: Launch, device):
     first = launch.context["real_kv_sources"][0]
-    launch.context["real_kv_sources"] = (
-        type(first)(
-            tensor=torch.empty_like(first.tensor, device="meta"),
-            page_size=first.page_size,
-            num_bytes_per_token=first.num_bytes_per_token,
-            read_bytes=first.read_bytes,
-        ),
-    )
+    replace_first_source(launch, tensor=torch.empty_like(first.tensor, device="meta"))
 
 
 def source_of_two_slots(launch: Launch, device):
     """The source now addresses slots 0 and 1 only: its first row, as a page of two."""
     first = launch.context["real_kv_sources"][0]
-    launch.context["real_kv_sources"] = (
-        type(first)(
-            tensor=first.tensor[:1],
-            page_size=2,
-            num_bytes_per_token=first.num_bytes_per_token,
-            read_bytes=first.read_bytes,
-        ),
-    )
+    replace_first_source(launch, tensor=first.tensor[:1], page_size=2)
 
 
 # (id, launch kinds, break, exception, exact message or None, words the message must contain)
@@ -804,15 +795,7 @@ def test_plans_past_256_entries_are_accepted(impl, device, kind):
 
 def no_rows_source(launch: Launch, device):
     """The source keeps its layout but has no rows: its capacity is 0."""
-    first = launch.context["real_kv_sources"][0]
-    launch.context["real_kv_sources"] = (
-        type(first)(
-            tensor=first.tensor[:0],
-            page_size=first.page_size,
-            num_bytes_per_token=first.num_bytes_per_token,
-            read_bytes=first.read_bytes,
-        ),
-    )
+    replace_first_source(launch, tensor=launch.context["real_kv_sources"][0].tensor[:0])
 
 
 def mode_none(launch: Launch, device):

@@ -882,6 +882,19 @@ def test_verify_reads_no_expected_tokens_with_the_flag_false():
     assert_counters(state, kernel_runs=2, slot_runs=6)
 
 
+def assert_both_launches_refuse(state, message: str) -> None:
+    """A write and a verify of ``state`` each raise ValueError ``message`` and change nothing."""
+    assert_refused(lambda s: raw_write(s, write_plan([(-1, 2)])), state, ValueError, message)
+    assert_refused(
+        lambda s: reference.verify(
+            s, verify_plan([(3, 11, 0, -1)]), check_verify_expected_token=True
+        ),
+        state,
+        ValueError,
+        message,
+    )
+
+
 @pytest.mark.parametrize(
     "canary_buf",
     [
@@ -902,15 +915,7 @@ def test_launches_refuse_a_canary_buf_that_is_not_2d_uint8(canary_buf):
         "kv-canary: context.canary_buf must be uint8 [num_slots, slot_stride_bytes], "
         f"got {canary_buf.dtype} {canary_buf.shape}"
     )
-    assert_refused(lambda s: raw_write(s, write_plan([(-1, 2)])), state, ValueError, message)
-    assert_refused(
-        lambda s: reference.verify(
-            s, verify_plan([(3, 11, 0, -1)]), check_verify_expected_token=True
-        ),
-        state,
-        ValueError,
-        message,
-    )
+    assert_both_launches_refuse(state, message)
 
 
 @pytest.mark.parametrize("stride", [24, 36, 31, 0])
@@ -922,15 +927,7 @@ def test_launches_refuse_a_bad_slot_stride(stride):
         "kv-canary: context.canary_buf slot stride must be >= 32 bytes and a multiple of 8, "
         f"got {stride}"
     )
-    assert_refused(lambda s: raw_write(s, write_plan([(-1, 2)])), state, ValueError, message)
-    assert_refused(
-        lambda s: reference.verify(
-            s, verify_plan([(3, 11, 0, -1)]), check_verify_expected_token=True
-        ),
-        state,
-        ValueError,
-        message,
-    )
+    assert_both_launches_refuse(state, message)
 
 
 @pytest.mark.parametrize("stride", [40, 264])
