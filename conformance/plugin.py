@@ -19,11 +19,15 @@ import platform
 import sys
 import types
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from . import profiles
 from .report import Recorder
+
+if TYPE_CHECKING:
+    import torch
 
 pytest_plugins = ["conformance.expectations"]  # --canary-expect, CANARY_CAPABILITIES
 
@@ -261,6 +265,7 @@ def describe_environment(selection: Selection) -> dict:
         "device": str(selection.device),
         "gpu": None,
         "hypothesis_profile": selection.profile,
+        "memory_bounds": memory_bounds(selection.device),
         "shrink_seconds": selection.shrink_seconds,
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -283,6 +288,18 @@ def describe_environment(selection: Selection) -> dict:
     return facts
 
 
+def memory_bounds(device: torch.device) -> str:
+    """Whether this run checks that launches stay inside their buffers, and how."""
+    if device.type != "cpu":
+        return "not checked: launches are compiled (run the suite under compute-sanitizer)"
+    from . import bounds
+
+    reason = bounds.unavailable_reason()
+    if reason is not None:
+        return f"not checked: {reason}"
+    return "checked: every access of an interpreted launch"
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
     selection = _selection(config)
     if selection is None:
@@ -303,6 +320,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         )
         + ")",
     ]
+    lines.append(f"canary memory bounds: {facts['memory_bounds']}")
     if not selection.write_verify:
         lines.append("canary write/verify group: absent from the module; those tests are skipped")
     env = facts["environment"]
@@ -355,8 +373,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def impl(pytestconfig: pytest.Config) -> types.ModuleType:
-    """The implementation under test."""
-    return _selection(pytestconfig).module
+    """The implementation under test; on the CPU its launchers are watched for accesses
+    outside their buffers (``conformance.bounds``)."""
+    selection = _selection(pytestconfig)
+    if selection.device.type == "cpu":
+        from . import bounds
+
+        return bounds.checked_module(selection.module)
+    return selection.module
 
 
 @pytest.fixture(scope="session")
