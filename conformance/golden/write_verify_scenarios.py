@@ -324,6 +324,16 @@ def write_verify_scenarios() -> list[dict]:
         ("write", w2),
         ("verify", _exact(w1, w2)),
     )
+    w = _write(_request(-1, (1, 2)), _request(4, (5, 6)), _request(-1, ()))
+    add(
+        "wv-write-empty-last-request",
+        "the last request is empty: it writes nothing, and reads no entry (its start is the "
+        "end of the arrays)",
+        _world(seed=37),
+        ("write", _write(_request(-1, (4,)))),
+        ("write", w),
+        ("verify", _exact(w)),
+    )
     w = _write(_request(-1, (1, 2, 3), first_position=40))
     entries = st_kv.plan_for_chains(st_kv.chains_written(w))
     wrong = [(s, t, p ^ 4, prev) for s, t, p, prev in entries]
