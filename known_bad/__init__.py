@@ -8,7 +8,10 @@ can be tested like any implementation::
 ``python -m conformance.gate`` runs the suite on every entry of :data:`CATALOGUE`, expecting
 each to be killed, and on every module of :data:`CORRECT`, expecting each to pass. A mutant
 imports (and patches) canary globally, so it is only ever imported in a process of its own.
-Bugs are safe by construction: no mutant reads or writes outside the buffers it was given.
+Bugs are safe by construction: no mutant writes outside the buffers it was given, and only the
+``bounds_`` entries read outside them, on the CPU alone, where the suite's watch
+(``conformance.bounds``) reports those reads and masks them off; the gate runs them on no other
+device.
 
 A kill is a failed property, never a crash: each entry lists in ``dies_in`` the tests that
 must catch its bug (``fnmatch`` patterns of ``<suite module>::<test function>``, every
@@ -30,7 +33,16 @@ from typing import NamedTuple
 OUTCOMES = ("passes", "killed", "error")
 
 #: The parts of the contract a mutant's bug can sit in.
-AREAS = ("validation", "addressing", "hashing", "launch-checks", "chain", "ring", "counters")
+AREAS = (
+    "validation",
+    "addressing",
+    "hashing",
+    "launch-checks",
+    "chain",
+    "ring",
+    "counters",
+    "bounds",
+)
 
 
 class Entry(NamedTuple):
@@ -48,7 +60,7 @@ class Entry(NamedTuple):
 CORRECT = ("canary", "canary.torch_backend")
 
 _V, _A, _H, _L = "validation", "addressing", "hashing", "launch-checks"
-_C, _R, _K = "chain", "ring", "counters"
+_C, _R, _K, _B = "chain", "ring", "counters", "bounds"
 
 # Where a bug must be caught: the suite's tests, as patterns of "<module>::<test function>".
 _SV, _FP, _LV, _WV = (
@@ -157,5 +169,9 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("known_bad.counters_padding_not_counted", _K, "slot_run_counter leaves out padding entries", WRITE_VERIFY),
     Entry("known_bad.counters_kernel_run_only_when_enabled", _K, "a disabled verify is not counted", (_WV + "test_disabled_verify_only_counts_the_launch", *WRITE_VERIFY)),
     Entry("known_bad.counters_kernel_run_per_request", _K, "kernel_run_counter counts write requests", WRITE_VERIFY),
+    # SPEC §4, §8: no launch reads outside its buffers (seen by the CPU's watch alone)
+    Entry("known_bad.bounds_fold_reads_slot_minus_1", _B, "a -1 slot reads the row before each source", (_FP + "test_fingerprint_equals_reference", _GOLD_FP, _GOLD_WV)),
+    Entry("known_bad.bounds_write_reads_past_request", _B, "write reads one entry past each request", (_WV + "test_write_equals_reference", _GOLD_WV)),
+    Entry("known_bad.bounds_verify_reads_past_plan", _B, "verify reads one entry past the plan", (_WV + "test_verify_equals_reference", _GOLD_WV)),
 )
 # fmt: on

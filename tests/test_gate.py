@@ -192,6 +192,31 @@ def test_only_filters_and_refuses_an_empty_selection(capsys):
     assert caught.value.code == 2
 
 
+def test_bounds_mutants_run_on_the_cpu_only(capsys, monkeypatch):
+    """The mutants that read outside their buffers run where the watch masks those reads (the
+    CPU) and nowhere else; the gate says it left them out."""
+    monkeypatch.delenv("CANARY_DEVICE", raising=False)
+    bounds_target = gate.Target("known_bad.b", gate.CPU_ONLY_AREA, "killed", "bug", ("t::f",))
+    targets = [bounds_target, CORRECT_TARGET]
+    outcomes = {"known_bad.b": "killed", "canary": "passes"}
+    for device, expected in (("cpu", ["known_bad.b", "canary"]), ("cuda:1", ["canary"])):
+        seen = []
+
+        def runner(target, seen=seen):
+            seen.append(target.module)
+            return fake_runner(outcomes)(target)
+
+        assert gate.main(["--device", device], targets=targets, runner=runner) == 0
+        assert seen == expected
+    assert "left out on this device: the 1 bounds mutant(s)" in capsys.readouterr().err
+    monkeypatch.setenv("CANARY_DEVICE", "cuda")
+    assert not gate.runs_on_cpu(None)
+    assert gate.runs_on_cpu("cpu")
+    import known_bad
+
+    assert gate.CPU_ONLY_AREA in known_bad.AREAS
+
+
 def test_results_keep_catalogue_order_whatever_finishes_first():
     """Results come back in the order of the targets, not of completion."""
     import time
