@@ -200,10 +200,10 @@ def write(
         zip(written_entries, (int(h) for h in real_kv_hashes), strict=True)
     )
 
-    # Validation is over; from here on the launch mutates state.
-    np.add(state.kernel_run_counter, 1, out=state.kernel_run_counter)
     position_assert_enabled = int(state.enable_chain_position_assert[0]) != 0
     kind = int(state.kernel_kind)
+    # Validation is over, and every field is read; from here on the launch mutates state.
+    np.add(state.kernel_run_counter, 1, out=state.kernel_run_counter)
 
     for begin, end, seed in request_ranges:
         if begin == end:
@@ -321,9 +321,9 @@ def verify(state: CanaryState, plan: VerifyPlan, *, check_verify_expected_token:
         zip(checked_entries, (int(h) for h in current_real_kv), strict=True)
     )
 
+    kind = int(state.kernel_kind)
     np.add(state.kernel_run_counter, 1, out=state.kernel_run_counter)
     np.add(state.slot_run_counter, active, out=state.slot_run_counter)
-    kind = int(state.kernel_kind)
     anchor_hash = to_signed64(splitmix64(CANARY_CHAIN_ANCHOR))
 
     for entry in checked_entries:

@@ -1128,3 +1128,25 @@ def test_verify_prev_slot_one_is_checked():
     reference.verify(state, verify_plan([(2, 18, 7, 1)]), check_verify_expected_token=True)
     assert_ring(state, [(KIND, 5, 1, 12, 12, h1, h_after_1, CHAIN)])
     assert_counters(state, kernel_runs=5, slot_runs=3 + 1 + 1 + 1 + 1)
+
+
+@pytest.mark.parametrize(
+    ("launch", "field"),
+    [
+        ("write", "kernel_kind"),
+        ("write", "enable_chain_position_assert"),
+        ("verify", "kernel_kind"),  # verify reads no position-assert flag
+    ],
+)
+def test_a_state_field_that_cannot_be_read_raises_before_the_counters_move(launch, field):
+    """The launch reads every field of the state before it changes any: a kernel kind that is
+    no int, or a position-assert flag with no element, raises with both counters still at 0."""
+    state = new_state()
+    setattr(state, field, "no kind" if field == "kernel_kind" else np.zeros(0, np.int32))
+    with pytest.raises((ValueError, IndexError)):
+        if launch == "write":
+            do_write(state, write_plan([(-1, 1)]), [7], [0], [1])
+        else:
+            plan = verify_plan([(1, -1, 0, -1)])
+            reference.verify(state, plan, check_verify_expected_token=False)
+    assert_counters(state, kernel_runs=0, slot_runs=0)
