@@ -226,9 +226,10 @@ class WriteBatch:
 
     ``requests`` fill the plan's ``capacity``; ``num_valid`` is the raw
     ``write_num_valid_reqs`` (clamped to ``[0, capacity]`` by the launch). The token arrays
-    are the requests' entries in order, then ``padding`` entries that no request covers.
-    With ``input_assert``, ``expected_tokens``/``expected_positions`` run along the token
-    arrays; otherwise they are empty and the launch gets ``None``.
+    are the ``leading`` entries, then the requests' entries in order, then ``padding``
+    entries; no request covers a leading or padding entry (``write_offsets`` starts at
+    ``len(leading)``). With ``input_assert``, ``expected_tokens``/``expected_positions`` run
+    along the token arrays; otherwise they are empty and the launch gets ``None``.
 
     Every slot of every request and of the padding is distinct and none is a seed, so any
     order of writes gives one result.
@@ -240,6 +241,7 @@ class WriteBatch:
     input_assert: bool
     expected_tokens: tuple[int, ...]
     expected_positions: tuple[int, ...]
+    leading: tuple[tuple[int, int, int], ...] = ()  # (slot, token, position) before the first
 
     @property
     def capacity(self) -> int:
@@ -252,6 +254,10 @@ class WriteBatch:
     def token_arrays(self) -> tuple[list[int], list[int], list[int]]:
         """``input_ids``, ``positions`` and ``out_cache_loc`` as lists."""
         ids, positions, slots = [], [], []
+        for slot, token, position in self.leading:
+            ids.append(token)
+            positions.append(position)
+            slots.append(slot)
         for request in self.requests:
             ids += request.tokens
             positions += request.positions
@@ -263,8 +269,9 @@ class WriteBatch:
         return ids, positions, slots
 
     def offsets(self) -> list[int]:
-        """``write_offsets``: exclusive prefix sums of the request lengths."""
-        offsets = [0]
+        """``write_offsets``: exclusive prefix sums of the request lengths, from the first
+        entry past the leading ones."""
+        offsets = [len(self.leading)]
         for request in self.requests:
             offsets.append(offsets[-1] + len(request.slots))
         return offsets

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import hypothesis.strategies as st
 import numpy as np
 import pytest
@@ -206,3 +208,18 @@ def test_bad_batch_arguments_raise_invalid_argument():
     ):
         with pytest.raises(InvalidArgument):
             call()
+
+
+def test_leading_entries_come_first_and_no_request_covers_them():
+    """``WriteBatch.leading``: the token arrays start with them, the offsets start past them,
+    and the reference writes only the requests' entries."""
+    request = st_kv.WriteRequest(-1, (3, 4), (13, 14), (0, 1))
+    batch = st_kv.WriteBatch((request,), 1, ((9, 90, 5),), False, (), (), ((7, 70, 0), (8, 80, 1)))
+    assert batch.token_arrays() == ([70, 80, 13, 14, 90], [0, 1, 0, 1, 5], [7, 8, 3, 4, 9])
+    assert batch.offsets() == [2, 4]
+    world = st_kv.CanaryWorld(
+        sources=(), mode=0, num_slots=12, slot_stride_bytes=32, ring_capacity=4, ring_start=0,
+        kernel_kind=0, chain_assert=0, seed=5,
+    )  # fmt: skip
+    assert entries_written(world, batch) == 2
+    assert dataclasses.replace(batch, leading=()).offsets() == [0, 2]

@@ -115,6 +115,7 @@ def _write_batch_from(data: dict) -> WriteBatch:
         input_assert=data["input_assert"],
         expected_tokens=tuple(data["expected_tokens"]),
         expected_positions=tuple(data["expected_positions"]),
+        leading=tuple(tuple(p) for p in data.get("leading", ())),
     )
 
 

@@ -66,7 +66,7 @@ def _request(seed, slots, *, first_position=0, tokens=None, positions=None) -> W
     return WriteRequest(seed, tuple(slots), tuple(tokens), tuple(positions))
 
 
-def _write(*requests, num_valid=None, padding=(), mismatches=None) -> WriteBatch:
+def _write(*requests, num_valid=None, padding=(), leading=(), mismatches=None) -> WriteBatch:
     """A write batch; ``mismatches`` ({entry: 'token'|'position'|'both'}) turns the input assert on."""
     batch = WriteBatch(
         tuple(requests),
@@ -75,6 +75,7 @@ def _write(*requests, num_valid=None, padding=(), mismatches=None) -> WriteBatch
         False,
         (),
         (),
+        tuple(leading),
     )
     if mismatches is None:
         return batch
@@ -334,6 +335,21 @@ def write_verify_scenarios() -> list[dict]:
         ("write", w),
         ("verify", _exact(w)),
     )
+    w = _write(
+        _request(-1, (3, 4)),
+        _request(1, (5,), first_position=9),
+        leading=((6, 66, 0), (7, 67, 1)),
+        mismatches={0: "both", 2: "token"},
+    )
+    add(
+        "wv-write-offsets-start-past-0",
+        "write_offsets starts at 2: the two entries before the first request are never "
+        "written, checked or counted",
+        _world(seed=38),
+        ("write", _write(_request(-1, (1,)))),
+        ("write", w),
+        ("verify", _exact(w)),
+    )
     w = _write(_request(-1, (1, 2, 3), first_position=40))
     entries = st_kv.plan_for_chains(st_kv.chains_written(w))
     wrong = [(s, t, p ^ 4, prev) for s, t, p, prev in entries]
@@ -380,6 +396,18 @@ def write_verify_scenarios() -> list[dict]:
                     (0, -1, 0, 0),
                 ]
             ),
+        ),
+    )
+    w = _write(_request(-1, (2, 3), first_position=5))
+    e = st_kv.plan_for_chains(st_kv.chains_written(w))
+    add(
+        "wv-verify-one-checked-entry-reports",
+        "the plan's one checked entry (the others are padding) has a wrong position: reported",
+        _world(seed=39),
+        ("write", w),
+        (
+            "verify",
+            _verify([(0, -1, 0, 0), (e[1][0], e[1][1], e[1][2] ^ 1, e[1][3]), (0, -1, 0, 0)]),
         ),
     )
 
