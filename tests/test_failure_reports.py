@@ -4,6 +4,7 @@ and reproduction snippets that fail the way the test failed when pasted."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 import textwrap
@@ -66,7 +67,9 @@ def test_import_target_forms(tmp_path):
 
 
 def test_a_path_whose_name_is_taken_is_refused(tmp_path, monkeypatch):
-    """A file called canary.py cannot be imported as canary (that name is taken): a usage error."""
+    """A file called canary.py cannot be imported as canary once the project's canary is (that
+    name is taken): a usage error."""
+    importlib.import_module("canary")  # whatever ran before: the name is taken from here on
     (tmp_path / "canary.py").write_text(NAMES)
     monkeypatch.setattr(sys, "path", list(sys.path))  # _load puts the folder on sys.path
     with pytest.raises(pytest.UsageError, match="already taken"):
