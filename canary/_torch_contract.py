@@ -168,10 +168,6 @@ class RealKvSource:
         """Slots this source addresses: ``rows * page_size``."""
         return int(self.tensor.shape[0]) * int(self.page_size)
 
-    @property
-    def row_stride_bytes(self) -> int:
-        return int(self.tensor.stride(0)) * self.tensor.element_size()
-
 
 # --- CONTRACT §5: context and plans ----------------------------------------------------------
 

@@ -138,6 +138,13 @@ CASES = [
         f"{P}.tensor rows must be contiguous, got shape (2, 1, 4, 16) with strides (128, 64, 1, 4)",
     ),
     (
+        "a size-1 dim between a row's last dim and a gapped one",
+        lambda d: torch.as_strided(aligned(d, 256), (2, 4, 1, 16), (128, 32, 16, 1)),
+        {},
+        ValueError,
+        f"{P}.tensor rows must be contiguous, got shape (2, 4, 1, 16) with strides (128, 32, 16, 1)",
+    ),
+    (
         "a broadcast (stride 0) dim in a row",
         lambda d: torch.as_strided(aligned(d, 256), (2, 4, 16), (64, 0, 1)),
         {},
