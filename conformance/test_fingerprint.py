@@ -10,6 +10,7 @@ import pytest
 import torch
 from hypothesis import example, given, target
 
+import reference
 import strategies as st_kv
 from conformance import profiles
 from conformance.assertions import assert_int64_equal, fail, to_numpy
@@ -359,6 +360,39 @@ def test_hash_follows_the_live_tensor(impl, device, data):
     )
     if (to_numpy(after) == to_numpy(before)).any():
         fail("a slot's hash did not follow a write to its bytes", config=describe_layouts(layouts))
+
+
+def test_a_source_whose_storage_starts_at_an_odd_address(impl, device):
+    """A 16-byte aligned view whose storage begins 15 bytes before it, at an odd address (a KV
+    pool carved out of a buffer that is not word-aligned): every slot hashes as the reference
+    says, in modes PARTIAL and ALL. Only host memory can be placed so (``torch.frombuffer``);
+    GPU allocations are always aligned."""
+    if device.type != "cpu":
+        pytest.skip("an odd storage address is made from host memory only")
+    rows, row_bytes = 3, 256
+    buffer = bytearray(rows * row_bytes + 64)
+    base = torch.frombuffer(buffer, dtype=torch.uint8).data_ptr()
+    storage = torch.frombuffer(buffer, dtype=torch.uint8, offset=(1 - base) % 16)
+    view = storage[15 : 15 + rows * row_bytes].view(rows, row_bytes)
+    assert storage.data_ptr() % 16 == 1 and view.data_ptr() % 16 == 0
+    view.copy_(
+        torch.arange(7, 7 + rows * row_bytes, dtype=torch.int64)
+        .remainder(251)
+        .add(1)
+        .view(rows, -1)
+    )
+    kwargs = {"page_size": 2, "num_bytes_per_token": 128, "read_bytes": 64}
+    source = impl.RealKvSource(tensor=view, **kwargs)
+    reference_source = reference.Source(data=view.numpy().copy(), **kwargs)
+    slots = list(range(rows * 2))
+    for mode in (1, 2):
+        got = impl.fingerprint([source], slots_tensor(slots, device), mode=mode)
+        assert_int64_equal(
+            got,
+            reference_fingerprint([reference_source], slots, mode),
+            call=f"fingerprint(mode={mode_name(mode)}) of a source in an odd-address storage",
+            labels=[f"slot {s}" for s in slots],
+        )
 
 
 def _far_source(impl, device, *, gap: int):

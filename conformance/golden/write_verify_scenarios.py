@@ -272,6 +272,21 @@ def write_verify_scenarios() -> list[dict]:
         ("write", w),
         ("verify", bad),
     )
+    two_bad = _exact(w)
+    two_bad = dataclasses.replace(
+        two_bad,
+        expected_positions=tuple(
+            p ^ 1 if i < 2 else p for i, p in enumerate(two_bad.expected_positions)
+        ),
+    )
+    add(
+        "wv-ring-negative-start-partial",
+        "a write index at -1 and two violations: index -1 stores nothing (the ring's last row "
+        "stays as it was), index 0 stores its row",
+        _world(seed=40, ring_capacity=4, ring_start=-1),
+        ("write", w),
+        ("verify", two_bad),
+    )
     add(
         "wv-ring-capacity-0",
         "a ring of no rows: write assert violations are only counted",
