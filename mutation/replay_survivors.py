@@ -8,6 +8,9 @@ the new tests kill. Run it from the repository root, in a clone no one is editin
     python mutation/replay_survivors.py mutation/canary_real_kv_hash.sqlite \
         mutation/canary_real_kv_hash.toml
 
+``--also TESTS`` adds tests to the session's selection for the replay, so that a session run
+with a quick selection can have its survivors replayed against the slow properties too.
+
 One line per survivor: ``killed`` (the tests fail), ``killed (timeout)`` (they run past
 ``--timeout`` seconds), ``SURVIVED``, or ``skipped`` (matched by ``--exclude``), with the
 line, the operator and the change.
@@ -75,6 +78,16 @@ def replay(diff: str, command: str, timeout: float) -> str:
     return verdict
 
 
+def with_tests(command: str, tests: list[str]) -> str:
+    """``command`` (``python -m pytest ...``) with ``tests`` added to what it collects."""
+    if not tests:
+        return command
+    prefix = "python -m pytest "
+    if not command.startswith(prefix):
+        raise ValueError(f"not a pytest command: {command!r}")
+    return prefix + " ".join(tests) + " " + command.removeprefix(prefix)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("session", help="the session database (mutation/<name>.sqlite)")
@@ -88,11 +101,21 @@ def main(argv: list[str] | None = None) -> int:
         help="skip the survivors whose change (`line N: old -> new`) matches; repeatable "
         "(e.g. annotations, whose verdict does not depend on the tests)",
     )
+    parser.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="TESTS",
+        help="tests to add to the config's pytest command; repeatable (e.g. the properties "
+        "that a session's quick selection leaves out)",
+    )
     args = parser.parse_args(argv)
     if subprocess.run(["git", "diff", "--quiet"]).returncode:
         parser.error("the working tree has changes; replay in a clean clone")
     with open(args.config) as config:  # the configs keep the command on one line
-        command = re.search(r'^test-command = "(.*)"$', config.read(), re.M).group(1)
+        command = with_tests(
+            re.search(r'^test-command = "(.*)"$', config.read(), re.M).group(1), args.also
+        )
     for head, diff in survivors(args.session):
         change = change_of(diff)
         if any(re.search(pattern, change) for pattern in args.exclude):

@@ -101,3 +101,19 @@ def test_the_fork_server_sees_each_mutant(tmp_path):
         server.wait(timeout=30)
         if os.path.exists(socket):
             os.unlink(socket)
+
+
+def test_a_replay_can_add_tests_to_a_sessions_selection():
+    """``replay_survivors.py --also`` puts the given tests before the session's own options."""
+    sys.path.insert(0, str(ROOT / "mutation"))
+    try:
+        import replay_survivors
+    finally:
+        sys.path.remove(str(ROOT / "mutation"))
+    command = "python -m pytest conformance/test_golden.py -x -q"
+    assert replay_survivors.with_tests(command, []) == command
+    assert replay_survivors.with_tests(command, ["a.py", "b.py"]) == (
+        "python -m pytest a.py b.py conformance/test_golden.py -x -q"
+    )
+    with pytest.raises(ValueError, match="not a pytest command"):
+        replay_survivors.with_tests("pytest -x", ["a.py"])
