@@ -92,7 +92,15 @@ def run_both(impl, impl_name, device, layouts, slots, mode, shared):
     __tracebackhide__ = True
     materialized = materialize_all(layouts, device, shared=shared)
     sources = [m.build(impl) for m in materialized]
+    storages = [storage_of(m.tensor) for m in materialized]
     got = impl.fingerprint(sources, slots_tensor(slots, device), mode=mode)
+    for i, (m, storage) in enumerate(zip(materialized, storages, strict=True)):
+        after = storage_of(m.tensor)
+        assert after == storage, (
+            f"fingerprint moved or resized source {i}'s storage: {storage[1]} bytes at "
+            f"{storage[0]:#x} before, {after[1]} bytes at {after[0]:#x} after; a launch reads "
+            "its sources where they are"
+        )
     want = reference_fingerprint(reference_sources(materialized), slots, mode)
     assert_int64_equal(
         got,
@@ -104,6 +112,12 @@ def run_both(impl, impl_name, device, layouts, slots, mode, shared):
     )
     assert same_device(got.device, device), f"fingerprint returned a tensor on {got.device}"
     return materialized, sources, got
+
+
+def storage_of(tensor: torch.Tensor) -> tuple[int, int]:
+    """Where the storage behind ``tensor`` is, and how many bytes it holds."""
+    storage = tensor.untyped_storage()
+    return storage.data_ptr(), storage.nbytes()
 
 
 def _layout(**fields) -> st_kv.SourceLayout:

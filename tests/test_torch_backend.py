@@ -757,3 +757,15 @@ def test_torch_backend_types_are_its_own():
         assert getattr(tb, name) == getattr(canary, name), name
     with pytest.raises(TypeError, match=r"real_kv_sources\[0\] must be a RealKvSource"):
         tb.fingerprint(make_sources(["plain"]), torch.tensor([1]))
+
+
+@pytest.mark.parametrize(
+    ("value", "bits"),
+    [(0, 0), (2**63 - 1, 2**63 - 1), (2**63, -(2**63)), (2**64 - 1, -1), (-1, -1), (2**64, 0)],
+)
+def test_the_serial_walk_keeps_int64_bit_patterns(value, bits):
+    """The serial chain walk's conversion from u64 to int64 bits, at both ends of the sign
+    bit (a chain value of exactly 2**63 is as likely as any other)."""
+    from canary import _torch_ops
+
+    assert _torch_ops.as_int64_bits(value) == bits
