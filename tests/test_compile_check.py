@@ -12,7 +12,7 @@ import pytest
 import torch
 from triton.runtime import driver
 
-from canary import compile_check
+from canary import _runtime, compile_check
 from canary.gpu_types import compile_targets
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,3 +104,35 @@ def test_check_fails_when_the_binding_loses_constexpr(target):
     assert failed, done.stdout[-2000:]
     # every variant of the kernels that take a block size fails (write_kernel has none)
     assert int(failed.group(3)) >= 4 + 10 * 2 + 2
+
+
+def test_a_launch_specialisation_names_integer_widths_and_pointer_alignment():
+    """Two launches compile to one kernel exactly when their specialisation text is equal:
+    integers are i32 inside [-2**31, 2**31) and i64 outside it, a bool is i1, a tensor is its
+    dtype, marked when its address is not 16-byte aligned; constexprs come first, sorted."""
+    aligned = torch.zeros(4, dtype=torch.int64)
+    unaligned = torch.zeros(8, dtype=torch.int32)[1:]
+    edges = (0, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1, True, False)
+    launch = _runtime.Launch("k", (1,), (aligned, unaligned, *edges), {"B": 128, "A": False})
+    assert compile_check._spec_text(launch) == (
+        "A=False B=128 | int64,int32/unaligned,i32,i32,i64,i32,i64,i1,i1"
+    )
+
+
+def test_the_variants_are_34_distinct_builds():
+    """The matrix the check compiles: 4 fingerprint builds (1-4 sources), 20 verify builds (0-4
+    sources x token check x a 16- or 8-byte aligned canary buffer), 8 write builds (input
+    assert x int64/int32 token arrays x buffer alignment) and 2 hash builds; each one distinct.
+    A change of these numbers changes what every GPU target is checked on: make it on purpose."""
+    launches = compile_check.variants()
+    keys = [(launch.name, compile_check._spec_text(launch)) for launch in launches]
+    assert len(set(keys)) == len(keys)
+    counts: dict[str, int] = {}
+    for name, _ in keys:
+        counts[name] = counts.get(name, 0) + 1
+    assert counts == {
+        "fingerprint_kernel": 4,
+        "verify_kernel": 20,
+        "write_kernel": 8,
+        "hash_kernel": 2,
+    }
