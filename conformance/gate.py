@@ -431,12 +431,9 @@ CPU_ONLY_AREA = "bounds"
 
 def runs_on_cpu(device: str | None) -> bool:
     """Whether the suite, given ``--canary-device device`` (None: its default), runs on the CPU."""
-    device = device or os.environ.get("CANARY_DEVICE")
-    if device:
-        return device.split(":")[0] == "cpu"
-    import torch
+    from conformance.plugin import device_name
 
-    return not torch.cuda.is_available()
+    return device_name(device).split(":")[0] == "cpu"
 
 
 def main(

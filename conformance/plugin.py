@@ -146,21 +146,28 @@ def _check_names(module: types.ModuleType, module_name: str) -> None:
         )
 
 
+def device_name(given: str | None) -> str:
+    """The device a run uses, by name: ``given`` (``--canary-device``), else
+    ``$CANARY_DEVICE``, else ``cuda`` when torch sees a GPU, else ``cpu``."""
+    import torch
+
+    return (
+        given or os.environ.get("CANARY_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+    )
+
+
 def _device(config: pytest.Config):
     import torch
 
     from .support import normalize_device
 
-    name = config.getoption("--canary-device") or os.environ.get("CANARY_DEVICE")
-    if not name:
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    else:
-        try:
-            device = torch.device(name)
-        except RuntimeError as error:
-            raise pytest.UsageError(f"--canary-device {name!r}: {error}") from error
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise pytest.UsageError(f"--canary-device {name!r}: torch sees no CUDA/ROCm device")
+    name = device_name(config.getoption("--canary-device"))
+    try:
+        device = torch.device(name)
+    except RuntimeError as error:
+        raise pytest.UsageError(f"--canary-device {name!r}: {error}") from error
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise pytest.UsageError(f"--canary-device {name!r}: torch sees no CUDA/ROCm device")
     # One GPU per pytest-xdist worker (gw<i> takes cuda:<i % count>) unless an index was
     # given. Triton launches on the current device, so the worker's GPU is made current.
     worker = getattr(config, "workerinput", {}).get("workerid", "")  # "gw0", "gw1", ...
