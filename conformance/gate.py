@@ -6,8 +6,8 @@ and pass every correct one.
 For each entry of ``known_bad.CATALOGUE`` (expected: killed) and each module of
 ``known_bad.CORRECT`` (expected: passes) it runs the suite in a subprocess of its own (a
 known-bad module patches canary for its whole process): the whole suite on a correct
-implementation; on a mutant the modules of the tests its entry lists and the quick modules,
-which call every entry point (``--whole-suite``: every module on every mutant)::
+implementation; on a mutant the quick modules, which call every entry point, and from the
+other modules the tests its entry lists (``--whole-suite``: every module on every mutant)::
 
     python -m pytest conformance -q -p no:cacheprovider --hypothesis-profile mutation \
         -p conformance.gate_record --gate-record RECORD.json --canary-impl MODULE
@@ -38,6 +38,7 @@ one.
 from __future__ import annotations
 
 import argparse
+import ast
 import fnmatch
 import json
 import os
@@ -51,6 +52,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+SUITE_DIR = REPO_ROOT / "conformance"
 
 PASSES, KILLED, MISPLACED, ERROR = "passes", "killed", "misplaced", "error"
 CORRECT_AREA = "correct"
@@ -120,8 +122,9 @@ FAST_FIRST = (
 # measure what the properties alone catch.
 VECTOR_MODULES = ("test_golden.py", "test_spec_vectors.py")
 
-# Modules every run includes: each takes seconds, and together they call every entry point,
-# so a mutant that crashes anywhere is seen crashing.
+# Modules every run includes whole: each takes seconds, and together they call every entry
+# point, so a mutant that crashes anywhere is seen crashing. From the other modules (the
+# properties, a minute each under the interpreter) a mutant runs only the tests it lists.
 QUICK_MODULES = (
     "test_spec_vectors.py",
     "test_source_validation.py",
@@ -130,15 +133,9 @@ QUICK_MODULES = (
 )
 
 
-def suite_paths(
-    *, properties_only: bool = False, modules: Iterable[str] | None = None
-) -> list[str]:
-    """The suite's modules to run, quickest first: all of them, or those named in ``modules``."""
-    here = REPO_ROOT / "conformance"
-    found = sorted(p.name for p in here.glob("test_*.py"))
-    if modules is not None:
-        wanted = set(modules)
-        found = [name for name in found if name in wanted]
+def suite_paths(*, properties_only: bool = False) -> list[str]:
+    """The suite's modules, quickest first."""
+    found = sorted(p.name for p in SUITE_DIR.glob("test_*.py"))
     if properties_only:
         found = [name for name in found if name not in VECTOR_MODULES]
     ordered = [name for name in FAST_FIRST if name in found]
@@ -146,23 +143,39 @@ def suite_paths(
     return [f"conformance/{name}" for name in ordered]
 
 
-def target_modules(target: Target, *, whole_suite: bool = False) -> list[str] | None:
-    """The suite modules a run on ``target`` needs (None: every one).
+def suite_tests(module: str) -> list[str]:
+    """The test functions of suite module ``module`` (``test_x.py``), in file order."""
+    tree = ast.parse((SUITE_DIR / module).read_text())
+    return [
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")
+    ]
 
-    A correct implementation runs the whole suite. A mutant runs the modules of the tests its
-    entry lists and the quick ones; ``whole_suite`` runs every module for every target.
+
+def target_selection(
+    target: Target, *, whole_suite: bool = False, properties_only: bool = False
+) -> list[str]:
+    """What pytest runs for ``target``: suite modules and single tests, quickest module first.
+
+    A correct implementation runs the whole suite. A mutant runs the quick modules whole and,
+    from the other modules, only the tests its entry lists (every parametrization of each);
+    ``whole_suite`` runs every module for every target.
     """
     if whole_suite or target.expected == PASSES or not target.dies_in:
-        return None
-    here = REPO_ROOT / "conformance"
-    found = sorted(p.name for p in here.glob("test_*.py"))
-    listed_modules = {
-        name
-        for pattern in target.dies_in
-        for name in found
-        if fnmatch.fnmatchcase(name, pattern.split("::", 1)[0])
-    }
-    return [name for name in found if name in listed_modules or name in QUICK_MODULES]
+        return suite_paths(properties_only=properties_only)
+    selection = []
+    for path in suite_paths(properties_only=properties_only):
+        module = path.removeprefix("conformance/")
+        if module in QUICK_MODULES:
+            selection.append(path)
+            continue
+        selection += [
+            f"{path}::{name}"
+            for name in suite_tests(module)
+            if listed(f"{path}::{name}", target.dies_in)
+        ]
+    return selection
 
 
 def pytest_command(
@@ -170,12 +183,11 @@ def pytest_command(
     device: str | None = None,
     *,
     record: str | os.PathLike | None = None,
-    properties_only: bool = False,
-    modules: Iterable[str] | None = None,
+    selection: Sequence[str] | None = None,
 ) -> list[str]:
-    """The suite run on ``module`` (every test of ``modules``, no ``-x``), failures recorded in
-    ``record``."""
-    paths = suite_paths(properties_only=properties_only, modules=modules)
+    """The suite run on ``module`` (``selection``, by default every module; no ``-x``), failures
+    recorded in ``record``."""
+    paths = suite_paths() if selection is None else list(selection)
     command = [sys.executable, "-m", "pytest", *paths]
     command += ["-q", "-p", "no:cacheprovider", "--hypothesis-profile", PROFILE]
     command += ["-p", "conformance.gate_record"]
@@ -275,8 +287,9 @@ def run_target(
             target.module,
             device,
             record=record_path,
-            properties_only=properties_only,
-            modules=target_modules(target, whole_suite=whole_suite),
+            selection=target_selection(
+                target, whole_suite=whole_suite, properties_only=properties_only
+            ),
         )
         try:
             completed = subprocess.run(
@@ -315,10 +328,15 @@ Runner = Callable[[Target], Result]
 
 
 def run_all(targets: Sequence[Target], runner: Runner, *, jobs: int, progress=None) -> list[Result]:
-    """``runner`` on every target, ``jobs`` at a time; results in the order of ``targets``."""
+    """``runner`` on every target, ``jobs`` at a time; results in the order of ``targets``.
+
+    The correct implementations start first: each runs the whole suite, the longest runs of
+    all, and started last they would leave the other jobs' cores idle at the end.
+    """
     results: dict[int, Result] = {}
+    order = sorted(range(len(targets)), key=lambda i: targets[i].expected != PASSES)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {pool.submit(runner, target): i for i, target in enumerate(targets)}
+        futures = {pool.submit(runner, targets[i]): i for i in order}
         for future in as_completed(futures):
             result = future.result()
             results[futures[future]] = result
@@ -411,8 +429,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--whole-suite",
         action="store_true",
-        help="run every suite module on every mutant, not only those of its listed tests "
-        "and the quick ones",
+        help="run the whole suite on every mutant, not only the quick modules and its listed tests",
     )
     parser.add_argument(
         "--timeout",

@@ -207,7 +207,7 @@ def test_bounds_mutants_run_on_the_cpu_only(capsys, monkeypatch):
             return fake_runner(outcomes)(target)
 
         assert gate.main(["--device", device], targets=targets, runner=runner) == 0
-        assert seen == expected
+        assert sorted(seen) == sorted(expected)
     assert "left out on this device: the 1 bounds mutant(s)" in capsys.readouterr().err
     monkeypatch.setenv("CANARY_DEVICE", "cuda")
     assert not gate.runs_on_cpu(None)
@@ -231,6 +231,22 @@ def test_results_keep_catalogue_order_whatever_finishes_first():
     assert [r.target.module for r in results] == [t.module for t in TARGETS]
 
 
+def test_the_correct_implementations_start_first():
+    """They run the whole suite, the longest runs: started last, they would leave a core idle
+    while they finish."""
+    started = []
+
+    def runner(target):
+        started.append(target.module)
+        return fake_runner({"known_bad.a": "killed", "known_bad.b": "killed", "good": "passes"})(
+            target
+        )
+
+    results = gate.run_all(TARGETS, runner, jobs=1)
+    assert started == ["good", "known_bad.a", "known_bad.b"]
+    assert [r.target.module for r in results] == [t.module for t in TARGETS]
+
+
 # --- the subprocess runs -------------------------------------------------------------------
 
 
@@ -250,9 +266,9 @@ def test_command_and_environment():
     )
     assert sorted(modules) == on_disk, "every suite module runs, each once"
     assert modules[0] == "conformance/test_spec_vectors.py"
-    properties = gate.pytest_command("known_bad.x", properties_only=True)
+    properties = gate.suite_paths(properties_only=True)
     left_out = {f"conformance/{name}" for name in gate.VECTOR_MODULES}
-    assert set(modules) - left_out == {p for p in properties if p.startswith("conformance/")}
+    assert set(modules) - left_out == set(properties)
     assert command[command.index("--canary-impl") + 1] == "known_bad.x"
     assert command[command.index("--canary-device") + 1] == "cuda:1"
     assert "--canary-device" not in gate.pytest_command("canary")
@@ -261,16 +277,45 @@ def test_command_and_environment():
     assert str(gate.REPO_ROOT) in env["PYTHONPATH"].split(os.pathsep)
 
 
-def test_a_mutant_runs_its_listed_modules_and_the_quick_ones():
-    """A mutant runs the modules of its listed tests plus the quick ones; a correct module, or
-    --whole-suite, runs everything."""
-    target = gate.Target("known_bad.x", "chain", "killed", "b", ("test_write_verify.py::test_w*",))
-    assert gate.target_modules(target) == sorted({*gate.QUICK_MODULES, "test_write_verify.py"})
-    assert gate.target_modules(target, whole_suite=True) is None
-    assert gate.target_modules(gate.Target("canary", gate.CORRECT_AREA, "passes")) is None
-    paths = gate.pytest_command("known_bad.x", modules=gate.target_modules(target))
-    assert "conformance/test_fingerprint.py" not in paths
-    assert "conformance/test_write_verify.py" in paths
+def test_a_mutant_runs_the_quick_modules_and_its_listed_tests():
+    """A mutant runs the quick modules whole and, of the other modules, only the tests its
+    entry lists (each with every parametrization, a pattern matching several tests naming
+    each); a correct module, or --whole-suite, runs every module."""
+    target = gate.Target(
+        "known_bad.x",
+        "chain",
+        "killed",
+        "b",
+        ("test_write_verify.py::test_write_*", "test_golden.py::test_write_verify_vector"),
+    )
+    selection = gate.target_selection(target)
+    quick = [f"conformance/{name}" for name in gate.QUICK_MODULES]
+    assert [part for part in selection if "::" not in part] == [
+        p for p in gate.suite_paths() if p in quick
+    ]
+    assert [part for part in selection if "::" in part] == [
+        "conformance/test_write_verify.py::test_write_equals_reference",
+        "conformance/test_write_verify.py::test_write_then_verify_is_clean",
+    ]
+    assert not any(part.startswith("conformance/test_fingerprint.py") for part in selection)
+    whole = gate.suite_paths()
+    assert gate.target_selection(target, whole_suite=True) == whole
+    assert gate.target_selection(gate.Target("canary", gate.CORRECT_AREA, "passes")) == whole
+    vectors_out = gate.target_selection(target, properties_only=True)
+    assert not any(part.removeprefix("conformance/") in gate.VECTOR_MODULES for part in vectors_out)
+    command = gate.pytest_command("known_bad.x", selection=selection)
+    assert command[3 : 3 + len(selection)] == selection
+
+
+def test_suite_tests_are_the_test_functions_in_file_order(tmp_path, monkeypatch):
+    """What a listed pattern can name: module-level ``test_`` functions, in file order."""
+    (tmp_path / "test_m.py").write_text(
+        "def test_b():\n    pass\n\ndef helper():\n    pass\n\n"
+        "class TestC:\n    def test_d(self):\n        pass\n\nasync def test_e():\n    pass\n\n"
+        "def test_a():\n    pass\n"
+    )
+    monkeypatch.setattr(gate, "SUITE_DIR", tmp_path)
+    assert gate.suite_tests("test_m.py") == ["test_b", "test_a"]
 
 
 def _fake_suite(monkeypatch, code: str) -> None:
@@ -456,12 +501,11 @@ def test_a_crash_only_mutant_is_an_error_and_a_real_bug_a_kill(monkeypatch):
 
 def suite_tests() -> set[str]:
     """``<module>::<test function>`` of every test function of the suite."""
-    found = set()
-    for path in (gate.REPO_ROOT / "conformance").glob("test_*.py"):
-        for node in ast.parse(path.read_text()).body:
-            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
-                found.add(f"{path.name}::{node.name}")
-    return found
+    return {
+        f"{path.name}::{name}"
+        for path in gate.SUITE_DIR.glob("test_*.py")
+        for name in gate.suite_tests(path.name)
+    }
 
 
 def test_every_entry_lists_existing_tests(catalogue):
