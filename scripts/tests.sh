@@ -14,4 +14,6 @@ cd "$root"
 # the sglang leg: SGLang's own kv_canary, which must fail exactly as its expectations file says
 run_pytest conformance --canary-impl conformance.adapters.sglang --canary-device cpu \
     --canary-expect conformance/expectations/sglang-0.5.23.txt --hypothesis-profile ci
-run_pytest tests "$@"
+# the self-tests, one pytest-xdist worker per core, each test module on one worker (its
+# module-scoped fixtures, such as every kernel compiled, are built once)
+run_pytest tests -n auto --dist loadfile "$@"
