@@ -12,6 +12,11 @@ mode:
 
 This works because the kernels use only Triton builtins (the interpreter patches those
 per launch) and never the ``@jit`` helpers of ``triton.language.standard``.
+
+An interpreted launch patches ``triton.language`` once, for its whole grid, and puts it back
+at its end; Triton's interpreter then patches it again on every call of a ``@jit`` helper
+(``splitmix64``, ``fold_source``, ...), which on these kernels was most of the CPU's time.
+:func:`patch_language_once` makes those calls reuse the launch's patch (see there).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import NamedTuple
 
 import torch
 import triton.language as tl
+from triton.runtime import interpreter
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
@@ -160,7 +166,43 @@ def launch_kernel(device: torch.device, name: str, grid: tuple, *args, **kwargs)
         with torch.cuda.device(device):
             kernel[grid](*args, **kwargs)
     else:
-        kernel[grid](*args, **kwargs)
+        with patch_language_once():
+            kernel[grid](*args, **kwargs)
+
+
+@contextlib.contextmanager
+def patch_language_once() -> Iterator[None]:
+    """Inside the block, an interpreted launch patches ``triton.language`` once, not once more
+    per ``@jit`` helper call.
+
+    Triton's interpreter patches the language modules a function's globals hold (module
+    attributes, so for every function at once) when a launch starts, and restores them when it
+    ends; a helper called inside the launch asks for the same patch again, and never restores
+    it. Here the first request is served as always and every later request from a function with
+    the same globals (the helpers of a binding share its namespace) is skipped: the modules are
+    already patched, and stay so until the launch restores them. A request from other globals
+    is served as always. Like the interpreter itself, this is for one launch at a time.
+    Where the interpreter has no ``_patch_lang`` to wrap, nothing changes.
+    """
+    real = getattr(interpreter, "_patch_lang", None)
+    if real is None:
+        yield
+        return
+    patched: list[dict] = []
+
+    def patch_once(fn):
+        if patched and fn.__globals__ is patched[0]:
+            return None  # a helper of the launch: its language is patched already
+        scope = real(fn)
+        if not patched:
+            patched.append(fn.__globals__)
+        return scope
+
+    interpreter._patch_lang = patch_once
+    try:
+        yield
+    finally:
+        interpreter._patch_lang = real
 
 
 def is_interpreted(device: torch.device) -> bool:
@@ -174,5 +216,6 @@ __all__ = [
     "is_interpreted",
     "kernels_for",
     "launch_kernel",
+    "patch_language_once",
     "use_kernel_module",
 ]

@@ -96,3 +96,58 @@ def test_captured_launches_are_recorded_not_run():
     ]
     assert launches[0].args[0] is out
     assert out.tolist() == [7, 7, 7], "a captured launch ran"
+
+
+def test_an_interpreted_launch_patches_the_language_once(monkeypatch):
+    """A CPU launch patches triton.language once for its whole grid, although its kernel calls
+    jit helpers (the fold, splitmix64) many times; the interpreter's own patch function is
+    back in place afterwards, and the hashes are the oracle's."""
+    from triton.runtime import interpreter
+
+    import reference
+
+    real = interpreter._patch_lang
+    calls = []
+
+    def counting(fn):
+        calls.append(fn.__name__)
+        return real(fn)
+
+    monkeypatch.setattr(interpreter, "_patch_lang", counting)
+    rows = (torch.arange(4 * 96, dtype=torch.int64) % 251 + 1).to(torch.uint8).view(4, 96)
+    source = canary.RealKvSource(tensor=rows, page_size=1, num_bytes_per_token=96, read_bytes=96)
+    slots = torch.tensor([3, 0, 2], dtype=torch.int64)
+    got = canary.fingerprint((source, source), slots, mode=canary.RealKvHashMode.ALL)
+    assert calls == ["fingerprint_kernel"]
+    assert interpreter._patch_lang is counting
+    oracle = reference.Source(rows.numpy(), page_size=1, num_bytes_per_token=96, read_bytes=96)
+    want = reference.fingerprint([oracle, oracle], slots.numpy(), reference.RealKvHashMode.ALL)
+    assert got.tolist() == want.tolist()
+
+
+def test_a_patch_is_skipped_only_for_functions_of_the_launch_s_globals(monkeypatch):
+    """Inside patch_language_once the first request patches, later ones from the same globals
+    (the launch's helpers) are skipped, a request from other globals still patches; the
+    interpreter's function is put back, also when the launch raises."""
+    from triton.runtime import interpreter
+
+    served = []
+
+    def real(fn):
+        served.append(fn)
+        return f"scope of {fn.__name__}"
+
+    monkeypatch.setattr(interpreter, "_patch_lang", real)
+    ours, theirs = {}, {}
+    exec("def kernel(): pass\ndef helper(): pass", ours)
+    exec("def other(): pass", theirs)
+    with _runtime.patch_language_once():
+        assert interpreter._patch_lang(ours["kernel"]) == "scope of kernel"
+        assert interpreter._patch_lang(ours["helper"]) is None
+        assert interpreter._patch_lang(ours["kernel"]) is None
+        assert interpreter._patch_lang(theirs["other"]) == "scope of other"
+    assert served == [ours["kernel"], theirs["other"]]
+    assert interpreter._patch_lang is real
+    with pytest.raises(RuntimeError), _runtime.patch_language_once():
+        raise RuntimeError("a launch failed")
+    assert interpreter._patch_lang is real
