@@ -384,7 +384,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         parser.error(str(error))
     if options.all:
-        gpus += [gpu for gpu in compile_targets().values() if gpu not in gpus]
+        gpus += compile_targets().values()
+    # one check per compile target, however many of its names were given (h200 and h100 are
+    # both sm90)
+    unique: dict[str, GpuType] = {}
+    for gpu in gpus:
+        unique.setdefault(gpu.compile_leg, gpu)
+    gpus = list(unique.values())
     if not gpus:
         parser.error("name a --target or give --all")
     launches = [
