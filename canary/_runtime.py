@@ -15,7 +15,7 @@ per launch) and never the ``@jit`` helpers of ``triton.language.standard``.
 
 An interpreted launch patches ``triton.language`` once, for its whole grid, and puts it back
 at its end; Triton's interpreter then patches it again on every call of a ``@jit`` helper
-(``splitmix64``, ``fold_source``, ...), which on these kernels was most of the CPU's time.
+(``splitmix64``, ``fold_source``, ...), the largest single cost of these kernels on the CPU.
 :func:`patch_language_once` makes those calls reuse the launch's patch (see there).
 """
 

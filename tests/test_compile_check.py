@@ -587,15 +587,20 @@ def test_main_asm_dir_writes_every_target(fake_checks, tmp_path, capsys):
 # Last: these run the check in a subprocess (seconds each).
 
 
-def test_the_module_runs_as_a_program():
-    """``python -m canary.compile_check`` is the command line (here: a usage error)."""
-    done = subprocess.run(
-        [sys.executable, "-W", "ignore", "-m", "canary.compile_check"],
+def python(*argv: str) -> subprocess.CompletedProcess:
+    """``python -W ignore *argv`` from the repository root, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-W", "ignore", *argv],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,
     )
+
+
+def test_the_module_runs_as_a_program():
+    """``python -m canary.compile_check`` is the command line (here: a usage error)."""
+    done = python("-m", "canary.compile_check")
     assert done.returncode == 2
     assert "error: name a --target or give --all" in done.stderr
 
@@ -603,13 +608,7 @@ def test_the_module_runs_as_a_program():
 def run_check(*args: str, mutant: str | None = None) -> subprocess.CompletedProcess:
     prelude = f"import {mutant}; " if mutant else ""
     script = f"{prelude}import sys; from canary import compile_check; sys.exit(compile_check.main({list(args)!r}))"
-    return subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", script],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return python("-c", script)
 
 
 def test_check_passes_and_prints_a_line_per_variant():
