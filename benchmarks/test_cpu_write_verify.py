@@ -1,5 +1,7 @@
 """CPU write and verify: canary.torch_backend and the numpy reference on the launches an
-engine runs (decode batches, prefill chunks, a sweep), ALL mode, K and V of one layer.
+engine runs (decode batches, prefill chunks, a sweep) and on those of the suite's
+engine-scale tests (an 8192-token prefill, a 33,000-entry sweep), ALL mode, K and V of one
+layer.
 
 Each scenario's records are set up once; the timed launch rewrites (or re-checks) the same
 records every round, so rounds are identical and must report no violation.
@@ -19,7 +21,10 @@ NUM_SOURCES = 2
 READ_BYTES = 128
 MODE = reference.RealKvHashMode.ALL
 
-SCENARIOS = workloads.engine_scenarios(sweep_requests=8, sweep_length=1024)
+SCENARIOS = {
+    **workloads.engine_scenarios(sweep_requests=8, sweep_length=1024),
+    **workloads.scale_scenarios(),
+}
 WRITE_SCENARIOS = [name for name in SCENARIOS if not name.startswith("sweep")]
 IMPLS = ("torch_backend", "reference")
 

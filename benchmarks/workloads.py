@@ -468,3 +468,15 @@ def engine_scenarios(*, sweep_requests: int, sweep_length: int) -> dict:
             name, layout, num_requests=sweep_requests, length=sweep_length, seed=6
         ),
     }
+
+
+def scale_scenarios() -> dict:
+    """The launches of the suite's engine-scale tests, by name: a prefill of one request of
+    8192 tokens and a sweep of 33 sequences of 1000 tokens (33,000 entries, verify only).
+    Seeds follow :func:`engine_scenarios`' so no two scenarios share one."""
+    return {
+        "prefill-1x8192": lambda layout: prefill(layout, 1, 8192, seed=7),
+        "sweep-33x1000": lambda layout: sweep(
+            "sweep-33x1000", layout, num_requests=33, length=1000, seed=8
+        ),
+    }

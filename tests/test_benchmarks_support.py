@@ -406,6 +406,29 @@ def test_scenarios_write_and_verify_cleanly(small_pool, make):
         )
 
 
+def test_scale_scenarios_fit_the_cpu_pool():
+    """The engine-scale scenarios have the sizes of the suite's engine-scale tests and fit the
+    CPU benchmarks' pool (4096 pages of 16 slots, as in benchmarks/conftest.py) once each."""
+    layout = workloads.PoolLayout(num_pages=4096, page_size=16, kv_heads=1, head_dim=64)
+    scenarios = {name: make(layout) for name, make in workloads.scale_scenarios().items()}
+    assert list(scenarios) == ["prefill-1x8192", "sweep-33x1000"]
+    assert all(scenario.name == name for name, scenario in scenarios.items())
+
+    prefill = scenarios["prefill-1x8192"]
+    assert (prefill.write.num_requests, prefill.write.num_entries) == (1, 8192)
+    assert prefill.verify.num_entries == 8192
+    sweep = scenarios["sweep-33x1000"]
+    assert sweep.write is None and sweep.setup.num_requests == 33
+    assert sweep.verify.num_entries == 33_000
+    assert int((sweep.verify.prev_slots < 0).sum()) == 33  # one chain head per sequence
+
+    for scenario in scenarios.values():
+        writes = [scenario.setup] + ([scenario.write] if scenario.write else [])
+        written = np.concatenate([batch.slots for batch in writes])
+        assert len(set(written.tolist())) == written.size and written.min() > 0
+        assert scenario.max_slot < layout.capacity
+
+
 def test_throughput_table_shows_figures_and_verdicts():
     """The end-of-run table lists each figure a row has and says whether its target was met."""
     rows = [
