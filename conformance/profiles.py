@@ -145,3 +145,56 @@ def long_slots() -> int | None:
     runs there too (and no more than two, to keep the interpreter's cost down); None on a
     GPU, whose :func:`max_slots` already spans programs."""
     return 256 if ON_CPU else None
+
+
+#: Sizes of the engine-scale properties (``conformance/test_scale.py``), per device: on a GPU
+#: the sizes engines run; on the CPU, under Triton's interpreter (about 1.7 ms per written
+#: token, 0.08 ms per verified entry), the smallest sizes that still cross every edge a
+#: scale bug lives at. Each is an inclusive ``(min, max)`` for :func:`strategies.sizes`.
+SCALE_SIZES = {
+    "cpu": dict(
+        prefill_tokens=(8192, 8448),  # one request; entry 4096 and 8192 are chunk edges
+        chunk_tokens=(1, 64),  # the next chunk, seeded from the prefill's last slot
+        requests=(257, 300),  # one launch; past a grid capped at 256
+        decode_entries=2,  # tokens per request of the many-request prefill
+        pool_slots=(2**16 + 1, 2**17),  # sources past 16-bit slot indices
+        huge_pool_slots=(2**20 + 1, 2**20 + 2**12),  # one source past 2^20 slots
+        page_sizes=(65, 256),  # the big-page source: in-page indices past 64
+        fingerprint_slots=(1, 512),  # slots per call besides every power-of-two edge
+        sweep_entries=(32769, 33792),  # past a persistent grid of 64 x 512 = 32,768 lanes
+        sweep_slots=(2**16 + 1, 2**17),  # the sweep's canary buffer
+        ring_rows=(1024, 2048),
+    ),
+    "gpu": dict(
+        prefill_tokens=(8192, 32768),
+        chunk_tokens=(1, 4096),
+        requests=(257, 1024),
+        decode_entries=4,
+        pool_slots=(2**16 + 1, 2**21),
+        huge_pool_slots=(2**20 + 1, 2**23),
+        page_sizes=(65, 256),
+        fingerprint_slots=(1, 32768),
+        sweep_entries=(32769, 2**17),
+        sweep_slots=(2**16 + 1, 2**20),
+        ring_rows=(1024, 16384),
+    ),
+}
+
+
+def scale_sizes() -> dict:
+    """:data:`SCALE_SIZES` of this run's device."""
+    return SCALE_SIZES["cpu" if ON_CPU else "gpu"]
+
+
+#: Share of the loaded profile's examples each engine-scale property runs, per device: on the
+#: CPU one example in ``ci`` (100 examples: the 8192-token prefill alone takes 14 s), ten in
+#: ``nightly``; on a GPU four in ``ci``, forty in ``nightly``.
+SCALE_SHARE = {"cpu": 0.01, "gpu": 0.02}
+
+
+def scale_examples(weight: float = 1.0) -> settings:
+    """A ``@settings`` decorator for an engine-scale property: ``weight`` times
+    :data:`SCALE_SHARE` of the loaded profile's examples, at least one. The decorator reads the
+    share when the module is imported, after the plugin has set :data:`ON_CPU`."""
+    share = SCALE_SHARE["cpu" if ON_CPU else "gpu"] * weight
+    return settings(max_examples=max(1, round(settings.default.max_examples * share)))

@@ -21,6 +21,8 @@ re-exports all of them, so ``import strategies`` itself loads torch.
   :func:`apply_corruption` make them real (a launch's arguments, and the reports a corruption
   must cause, are the suite's: ``conformance.write_verify_support``).
 - :func:`describe`: any ``tensor=`` object as a torch-free ``reference.SourceDescription``.
+- :func:`sizes`: sizes that aim at the edges scale bugs live at (``2^k +- 1``, multiples of a
+  block); every scaled dimension of the strategies above is drawn through it.
 
 Typical use::
 
@@ -39,10 +41,11 @@ from strategies.chains import *  # noqa: F403
 from strategies.invalid import *  # noqa: F403
 from strategies.layouts import *  # noqa: F403
 from strategies.materialize import *  # noqa: F403
+from strategies.sizes import *  # noqa: F403
 
 #: The package's public names: each submodule's own ``__all__``, defined there once.
 __all__ = [
     name
-    for module in ("chains", "invalid", "layouts", "materialize")
+    for module in ("chains", "invalid", "layouts", "materialize", "sizes")
     for name in sys.modules[f"strategies.{module}"].__all__
 ]

@@ -18,7 +18,8 @@ import hypothesis.strategies as st
 import numpy as np
 from hypothesis.errors import InvalidArgument
 
-from strategies.layouts import SourceLayout, slot_window_starts, source_tuples
+from strategies.layouts import SourceLayout, capacity_edges, slot_window_starts, source_tuples
+from strategies.sizes import sizes
 
 __all__ = [
     "CHAIN",
@@ -107,6 +108,7 @@ def canary_worlds(
     max_ring: int = 6,
     modes=_MODE_VALUES,
     reads_kv: bool | None = None,
+    min_ring: int = 0,
     **layout_kwargs,
 ) -> st.SearchStrategy[CanaryWorld]:
     """Worlds for write/verify launches; ``layout_kwargs`` go to :func:`source_tuples`.
@@ -117,6 +119,12 @@ def canary_worlds(
     reads (PARTIAL or ALL), by construction rather than by rejection; a strategy given as
     ``modes`` must then draw only those. ``None`` (the default) puts no such condition.
     Without these options, draws are those of the strategy before they existed.
+
+    ``num_slots`` and ``ring_capacity`` (from ``min_ring``) are drawn by
+    :func:`strategies.sizes`: worlds of 2^k +- 1 slots and rings of 2^k +- 1 rows come up
+    often. An engine-scale world (``max_slots=2**17``, ``min_ring=1024``) also needs the
+    layouts to reach that far: ``max_rows``, ``max_page_size`` and, to bound memory,
+    ``max_capacity`` go to :func:`source_tuples` with the other ``layout_kwargs``.
 
     Example draw from ``canary_worlds(reads_kv=True)``::
 
@@ -132,6 +140,7 @@ def canary_worlds(
         ("max_sources", max_sources, 0, 6),
         ("min_sources", min_sources, 0, max_sources if isinstance(max_sources, int) else 6),
         ("max_ring", max_ring, 0, 2**20),
+        ("min_ring", min_ring, 0, max_ring if isinstance(max_ring, int) else 2**20),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
             raise InvalidArgument(f"{name}={value!r} must be an int in [{lo}, {hi}]")
@@ -179,11 +188,12 @@ def _canary_worlds(
     min_sources,
     max_sources,
     max_ring,
+    min_ring,
     modes,
     reads_kv,
     layout_kwargs,
 ) -> CanaryWorld:
-    num_slots = draw(st.integers(min_slots, max_slots), label="num_slots")
+    num_slots = draw(sizes(max_slots, min_size=min_slots), label="num_slots")
     sources = draw(
         source_tuples(
             min_sources=min_sources,
@@ -193,7 +203,7 @@ def _canary_worlds(
         ),
         label="sources",
     )
-    ring_capacity = draw(st.integers(0, max_ring), label="ring_capacity")
+    ring_capacity = draw(sizes(max_ring, min_size=min_ring), label="ring_capacity")
     mode = draw(modes, label="mode")
     if reads_kv and mode not in _READING_MODES:
         raise InvalidArgument(f"modes drew {mode!r}, which reads no KV bytes, with reads_kv=True")
@@ -330,15 +340,20 @@ def write_batches(
     max_requests: int = 3,
     max_entries: int = 5,
     min_written: int = 0,
+    min_requests: int = 1,
+    seeded: bool | None = None,
+    long_requests: int = 1,
 ) -> st.SearchStrategy[WriteBatch]:
     """Write launches on ``world``.
 
     ``seeds`` offers ``(slot, stored position)`` pairs of written chain tails that a request
-    may continue; otherwise a request starts at the anchor (seed -1). ``avoid`` lists slots
-    that must not be written (records the caller still needs). Requests may hold skipped
-    (-1) entries and be empty; ``num_valid`` runs from -2 to capacity + 2; a padding tail of
-    unwritten entries may follow the last request; positions are mostly consecutive, starting
-    after the seed's, with jumps and values at the edge of int64.
+    may continue; otherwise a request starts at the anchor (seed -1). ``seeded=True`` makes
+    every request continue one of them (a chunked prefill's next chunk, a decode step),
+    ``False`` none; ``None`` draws it per request. ``avoid`` lists slots that must not be
+    written (records the caller still needs). Requests may hold skipped (-1) entries and be
+    empty; ``num_valid`` runs from -2 to capacity + 2; a padding tail of unwritten entries may
+    follow the last request; positions are mostly consecutive, starting after the seed's,
+    with jumps and values at the edge of int64.
 
     ``min_written``: at least that many entries are written by a correct launch (SPEC §6:
     entries of a request below the clamped ``num_valid`` whose slot is not negative; an
@@ -347,6 +362,15 @@ def write_batches(
     long enough, those entries are not skipped, and ``num_valid`` reaches them. With the
     default 0, draws are those of the strategy before the option existed.
 
+    Engine scale: past 64 entries in all (``max_requests * max_entries``) or 256 free slots,
+    a batch is drawn in bulk: the sizes (requests from ``min_requests``, through
+    :func:`strategies.sizes`; ``long_requests`` long ones of up to ``max_entries``, the
+    others of up to 4), rates (skipped entries, position jumps, input-assert mismatches, seeded requests) and
+    a seed are drawn, and the entries made from them with numpy. Slots are the free ones in a
+    seeded order that starts with the world's power-of-two edge slots, positions run on
+    without gaps over the written entries, tokens are random and non-zero (a few at the edges
+    of int64). That is how one request of 8192+ tokens or 256+ requests fit in one example.
+
     Example draw (capacity 2, one valid request)::
 
         WriteBatch(requests=(WriteRequest(seed=-1, slots=(3, -1, 0), tokens=(11, 12, 13),
@@ -354,34 +378,74 @@ def write_batches(
                              WriteRequest(seed=5, slots=(7,), tokens=(9,), positions=(41,))),
                    num_valid=1, padding=((2, 77, 8),), input_assert=False, ...)
     """
-    for name, value, lo in (("max_requests", max_requests, 1), ("max_entries", max_entries, 0)):
+    for name, value, lo in (
+        ("max_requests", max_requests, 1),
+        ("max_entries", max_entries, 0),
+        ("min_requests", min_requests, 1),
+        ("long_requests", long_requests, 1),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < lo:
             raise InvalidArgument(f"{name}={value!r} must be an int >= {lo}")
+    if min_requests > max_requests:
+        raise InvalidArgument(f"min_requests={min_requests} must be <= max_requests={max_requests}")
+    if seeded is not None and not isinstance(seeded, bool):
+        raise InvalidArgument(f"seeded={seeded!r} must be None or a bool")
+    if seeded and not seeds:
+        raise InvalidArgument("seeded=True needs seeds to continue")
     seed_slots = {slot for slot, _ in seeds}
-    free = tuple(s for s in range(world.num_slots) if s not in seed_slots and s not in avoid)
-    most = min(len(free), max_requests * max_entries)
+    taken = seed_slots | set(avoid)
+    bulk = max_requests * max_entries > _DRAWN_ENTRIES or world.num_slots > _DRAWN_WORLD
+    if bulk:
+        free_count = world.num_slots - sum(1 for s in taken if 0 <= s < world.num_slots)
+        most = min(free_count, _bulk_most(max_requests, max_entries, long_requests))
+    else:
+        free = tuple(s for s in range(world.num_slots) if s not in taken)
+        most = min(len(free), max_requests * max_entries)
     if isinstance(min_written, bool) or not isinstance(min_written, int):
         raise InvalidArgument(f"min_written={min_written!r} must be an int")
     if not 0 <= min_written <= most:
         raise InvalidArgument(
-            f"min_written={min_written} must be in [0, {most}]: {len(free)} slots are free to "
-            f"write and a batch holds at most {max_requests} x {max_entries} entries"
+            f"min_written={min_written} must be in [0, {most}]: {world.num_slots - len(taken)} "
+            f"slots are free to write and a batch holds at most {max_requests} x "
+            f"{max_entries} entries"
         )
-    return _write_batches(world, tuple(seeds), free, max_requests, max_entries, min_written)
+    if bulk:
+        sizes_ = (max_requests, max_entries, min_written, min_requests, long_requests)
+        return _bulk_write_batches(world, tuple(seeds), frozenset(taken), sizes_, seeded)
+    return _write_batches(
+        world, tuple(seeds), free, max_requests, max_entries, min_written, min_requests, seeded
+    )
+
+
+# A batch of at most this many entries (requests x entries) in a world of at most this many
+# slots is drawn entry by entry; a larger one in bulk (see write_batches).
+_DRAWN_ENTRIES = 64
+_DRAWN_WORLD = 256
+# In a bulk batch, every request but the long one holds at most this many entries.
+_SHORT_ENTRIES = 4
+
+
+def _bulk_most(max_requests: int, max_entries: int, long_requests: int) -> int:
+    """The most entries a bulk batch writes: its long requests and short ones."""
+    longs = min(long_requests, max_requests)
+    return longs * max_entries + (max_requests - longs) * min(max_entries, _SHORT_ENTRIES)
 
 
 @st.composite
-def _write_batches(draw, world, seeds, free, max_requests, max_entries, min_written):
+def _write_batches(
+    draw, world, seeds, free, max_requests, max_entries, min_written, min_requests, seeded
+):
     order = draw(st.permutations(free), label="slot order")
     # enough requests to hold min_written entries (any number from 1 when it is 0)
     fewest = max(1, -(-min_written // max_entries)) if max_entries else 1
-    capacity = draw(st.integers(fewest, max_requests), label="capacity")
+    fewest = max(fewest, min_requests)
+    capacity = draw(sizes(max_requests, min_size=fewest), label="capacity")
     cursor = 0
     requests = []
     owed = min_written  # entries still to be written for min_written to hold
     needed_requests = 0  # requests that num_valid must reach: the ones paying the debt
     for r in range(capacity):
-        if seeds and draw(st.booleans(), label="continue a chain"):
+        if seeds and (seeded or (seeded is None and draw(st.booleans(), label="continue a chain"))):
             seed, stored_position = draw(st.sampled_from(seeds), label="seed")
             start = (stored_position + 1 + 2**63) % 2**64 - 2**63
         else:
@@ -391,7 +455,8 @@ def _write_batches(draw, world, seeds, free, max_requests, max_entries, min_writ
             )
         later_room = (capacity - r - 1) * max_entries  # what later requests can still hold
         length = draw(
-            st.integers(min(max_entries, max(0, owed - later_room)), max_entries), label="entries"
+            sizes(max_entries, min_size=min(max_entries, max(0, owed - later_room))),
+            label="entries",
         )
         slots = []
         for j in range(length):
@@ -439,6 +504,117 @@ def _write_batches(draw, world, seeds, free, max_requests, max_entries, min_writ
     )
 
 
+_EXTREME_TOKENS = (0, -1, INT64_MIN, INT64_MAX)
+
+
+def _wrap64(values: np.ndarray) -> np.ndarray:
+    """Python ints as int64 two's complement (positions run past 2^63 - 1 into -2^63)."""
+    return ((values.astype(object) + 2**63) % 2**64 - 2**63).astype(np.int64)
+
+
+@st.composite
+def _bulk_write_batches(draw, world, seeds, taken, sizes_, seeded) -> WriteBatch:
+    max_requests, max_entries, min_written, min_requests, long_requests = sizes_
+    short = min(max_entries, _SHORT_ENTRIES)
+    fewest = max(min_requests, 1)
+    if min_written > long_requests * max_entries:  # the short requests must carry the rest
+        rest = min_written - long_requests * max_entries
+        fewest = max(fewest, long_requests + -(-rest // max(short, 1)))
+    capacity = draw(sizes(max_requests, min_size=fewest), label="capacity")
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="bulk seed"))
+    free = np.setdiff1d(np.arange(world.num_slots, dtype=np.int64), np.fromiter(taken, np.int64))
+    # the world's power-of-two edge slots first, in a seeded order, then every other free slot
+    edges = np.intersect1d(np.asarray(capacity_edges(world.num_slots), np.int64), free)
+    order = np.concatenate(
+        [rng.permutation(edges), rng.permutation(np.setdiff1d(free, edges, assume_unique=True))]
+    )
+
+    # Lengths (written entries per request): short ones from the seed, then the long ones.
+    longs = rng.choice(capacity, size=min(long_requests, capacity), replace=False)
+    lengths = rng.integers(0 if min_written == 0 else 1, short + 1, size=capacity)
+    if min_written > long_requests * max_entries:
+        lengths[:] = short
+    lengths[longs] = 0
+    room = len(order)
+    while lengths.sum() > room:  # a small world: fewer short entries
+        lengths[np.argmax(lengths)] -= 1
+    room -= int(lengths.sum())
+    owed = max(min_written - int(lengths.sum()), 0)
+    for k, at in enumerate(longs.tolist()):
+        lowest = min(-(-owed // (len(longs) - k)), max_entries, room)
+        n = draw(sizes(min(max_entries, room), min_size=lowest), label="long request entries")
+        lengths[at] = n
+        owed, room = max(owed - n, 0), room - n
+
+    skip_rate = draw(st.sampled_from([0.0, 1 / 64, 1 / 6]), label="skipped entries")
+    jump_rate = draw(st.sampled_from([0.0, 1 / 256]), label="position jumps")
+    extreme_rate = draw(st.sampled_from([1 / 64, 0.0]), label="extreme tokens")
+    if seeded is None and seeds:
+        seeded_rate = draw(st.sampled_from([0.5, 0.0, 1.0]), label="seeded requests")
+    else:
+        seeded_rate = 1.0 if seeded else 0.0
+    seed_order = rng.permutation(len(seeds)) if seeds else np.zeros(0, np.int64)
+
+    requests = []
+    cursor = 0
+    for r in range(capacity):
+        n = int(lengths[r])
+        slots = order[cursor : cursor + n]
+        cursor += n
+        if seeds and rng.random() < seeded_rate:
+            seed, stored_position = seeds[int(seed_order[r % len(seeds)])]
+            start = stored_position + 1
+        else:
+            seed = -1
+            start = int(rng.integers(0, 4000)) if rng.random() < 0.95 else INT64_MAX - n // 2
+        steps = np.ones(n, dtype=np.int64)
+        if n:
+            steps[0] = 0
+            jumps = rng.random(n) < jump_rate
+            jumps[0] = False  # a request starts right after its seed's position
+            steps[jumps] = rng.choice(np.array([0, 2, -5]), size=int(jumps.sum()))
+        positions = _wrap64(np.cumsum(steps).astype(object) + start)
+        tokens = rng.integers(1, 200_000, size=n, dtype=np.int64)
+        extreme = rng.random(n) < extreme_rate
+        tokens[extreme] = rng.choice(np.array(_EXTREME_TOKENS, np.int64), size=int(extreme.sum()))
+        # skipped entries (-1) between the written ones: they take no slot and no position
+        skips = int(rng.binomial(n, skip_rate)) if n and skip_rate else 0
+        at = np.sort(rng.integers(0, n + 1, size=skips))
+        slots = np.insert(slots, at, -1)
+        tokens = np.insert(tokens, at, 7)
+        positions = np.insert(positions, at, 0)
+        requests.append(
+            WriteRequest(
+                seed, tuple(slots.tolist()), tuple(tokens.tolist()), tuple(positions.tolist())
+            )
+        )
+    num_valid = draw(
+        st.sampled_from([capacity, capacity + 2] if min_written else [capacity, capacity + 2, -1]),
+        label="num_valid",
+    )
+    padding = tuple(
+        (
+            int(order[cursor + k]) if cursor + k < len(order) else -1,
+            int(rng.integers(1, 200_000)),
+            0,
+        )
+        for k in range(draw(st.integers(0, 2), label="padding entries"))
+    )
+    input_assert = draw(st.booleans(), label="input_assert")
+    expected_tokens: tuple[int, ...] = ()
+    expected_positions: tuple[int, ...] = ()
+    if input_assert:
+        batch = WriteBatch(tuple(requests), num_valid, padding, False, (), ())
+        ids, positions, _ = (np.asarray(column, dtype=np.int64) for column in batch.token_arrays())
+        rate = draw(st.sampled_from([1 / 64, 0.0]), label="input mismatches")
+        wrong = rng.random((2, len(ids))) < rate
+        expected_tokens = tuple(np.where(wrong[0], ids ^ 1, ids).tolist())
+        expected_positions = tuple(np.where(wrong[1], positions ^ 2, positions).tolist())
+    return WriteBatch(
+        tuple(requests), num_valid, padding, input_assert, expected_tokens, expected_positions
+    )
+
+
 @dataclass(frozen=True)
 class VerifyBatch:
     """One verify launch: per-entry arrays of the plan's capacity, and its scalar switches.
@@ -482,7 +658,12 @@ def plan_for_chains(chains: tuple[Chain, ...]) -> list[tuple[int, int, int, int]
 
 
 def verify_batches(
-    chains: tuple[Chain, ...], *, exact: bool = False, max_padding: int = 3, min_checked: int = 0
+    chains: tuple[Chain, ...],
+    *,
+    exact: bool = False,
+    max_padding: int = 3,
+    min_checked: int = 0,
+    min_entries: int = 0,
 ) -> st.SearchStrategy[VerifyBatch]:
     """Verify plans over written ``chains``.
 
@@ -497,6 +678,12 @@ def verify_batches(
     other than 0), built in, not filtered: ``enable`` is then never 0 and ``num_valid``
     reaches that many entries of the chains. The chains must hold that many slots other than
     0. With the default 0, draws are those of the strategy before the option existed.
+
+    ``min_entries``: the plan holds at least that many entries, the chains' entries repeated
+    in order as often as it takes (verify only reads, so a sweep may check a slot twice):
+    that is how a sweep past 32,768 entries (a persistent grid's second lap) is drawn over
+    fewer written slots. Past 64 entries a plan is drawn in bulk: its order, the share of
+    changed entries and the padding come from a drawn seed and rate, not one draw per entry.
 
     Example draw::
 
@@ -513,6 +700,16 @@ def verify_batches(
             f"min_checked={min_checked} must be in [0, {checkable}]: the chains hold "
             f"{checkable} slots other than 0 (verify skips slot 0)"
         )
+    if isinstance(min_entries, bool) or not isinstance(min_entries, int) or min_entries < 0:
+        raise InvalidArgument(f"min_entries={min_entries!r} must be an int >= 0")
+    if min_entries and not checkable:
+        raise InvalidArgument("min_entries needs chains with a slot other than 0")
+    entries = plan_for_chains(tuple(chains))
+    repeated = min_entries > len(entries)
+    if repeated:
+        entries = (entries * -(-min_entries // len(entries)))[:min_entries]
+    if repeated or len(entries) > _DRAWN_ENTRIES:
+        return _bulk_verify_batches(entries, exact, max_padding, min_checked)
     return _verify_batches(tuple(chains), exact, max_padding, min_checked)
 
 
@@ -556,6 +753,50 @@ def _verify_batches(draw, chains, exact, max_padding, min_checked) -> VerifyBatc
         *columns,
         num_valid=draw(st.integers(lowest, len(varied) + 2), label="num_valid"),
         enable=draw(st.sampled_from([1, 1, 2] if min_checked else [1, 1, 2, 0]), label="enable"),
+        check_token=draw(st.booleans(), label="check_token"),
+    )
+
+
+_ENTRY_CHANGES = ("prev 0", "prev -2", "token -1", "token", "position")
+
+
+@st.composite
+def _bulk_verify_batches(draw, entries, exact, max_padding, min_checked) -> VerifyBatch:
+    columns = np.asarray(entries, dtype=object).T  # slot, token, position, prev
+    n = len(entries)
+    if exact:
+        slots, tokens, positions, prevs = (tuple(int(v) for v in c) for c in columns)
+        return VerifyBatch(slots, tokens, positions, prevs, num_valid=n, enable=1, check_token=True)
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="bulk seed"))
+    order = rng.permutation(n)
+    slots, tokens, positions, prevs = ([int(v) for v in c[order]] for c in columns)
+    rate = draw(st.sampled_from([1 / 32, 1 / 4, 0.0]), label="changed entries")
+    for k in np.flatnonzero(rng.random(n) < rate).tolist():
+        change = _ENTRY_CHANGES[int(rng.integers(len(_ENTRY_CHANGES)))]
+        if change == "prev 0":
+            prevs[k] = 0
+        elif change == "prev -2":
+            prevs[k] = -2
+        elif change == "token -1":
+            tokens[k] = -1
+        elif change == "token":
+            tokens[k] ^= 4
+        else:
+            positions[k] ^= 8
+    for _ in range(draw(st.integers(0, max_padding), label="padding entries")):
+        at = int(rng.integers(0, len(slots) + 1))
+        for column, value in zip((slots, tokens, positions, prevs), (0, -1, 0, 0), strict=True):
+            column.insert(at, value)
+    total = len(slots)
+    # a sweep checks all of its entries (past a lap, past the plan): num_valid is never short
+    choices = [total, total + 2] if min_checked else [total, total + 2, -1, 0]
+    return VerifyBatch(
+        tuple(slots),
+        tuple(tokens),
+        tuple(positions),
+        tuple(prevs),
+        num_valid=draw(st.sampled_from(choices), label="num_valid"),
+        enable=draw(st.sampled_from([1, 2] if min_checked else [1, 2, 0]), label="enable"),
         check_token=draw(st.booleans(), label="check_token"),
     )
 

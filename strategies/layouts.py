@@ -22,6 +22,8 @@ import hypothesis.strategies as st
 import numpy as np
 from hypothesis.errors import InvalidArgument
 
+from strategies.sizes import power_of_two_edges, sizes
+
 __all__ = [
     "ELEMENT_SIZES",
     "default_dtypes",
@@ -34,6 +36,8 @@ __all__ = [
     "SourceLayout",
     "modes",
     "outside_byte_offsets",
+    "bulk_slots",
+    "capacity_edges",
     "slot_indices",
     "slot_window_starts",
     "set_source_ndim_max",
@@ -92,13 +96,18 @@ FILLS: tuple[str, ...] = ("dense", "first", "middle", "last")
 #: Bytes of a slot read in PARTIAL mode (SPEC §3).
 PARTIAL_READ_BYTES = 16
 
-# The Triton interpreter folds a few MB/s; these caps keep one source well under 64 KiB.
-_MAX_ROWS = 64
-_MAX_PAGE_SIZE = 64
+# Bounds of the arguments, not defaults: the defaults keep one source well under 64 KiB (the
+# Triton interpreter folds a few MB/s); engine-scale properties ask for pools of 2^20+ slots,
+# pages of 256 and calls of tens of thousands of slots.
+_MAX_ROWS = 2**24
+_MAX_PAGE_SIZE = 1024
 _MAX_BYTES_PER_TOKEN = 1024
 _MAX_SOURCES = 6
-_MAX_SLOT_LIST = 256
+_MAX_SLOT_LIST = 2**17
 _MAX_LONG_SLOT_LIST = 4096
+# Slots of a list drawn piece by piece; past this many, the rest come from a drawn seed (a
+# Hypothesis example holds a few thousand choices, not tens of thousands).
+_DRAWN_SLOTS = 64
 # One draw in this many is a long list, when slot_indices is given long_size.
 _LONG_ONE_IN = 12
 
@@ -310,14 +319,18 @@ def _source_layouts(
     nd_rows,
     fills,
     min_capacity,
+    min_page_size,
+    max_capacity,
 ):
     dtype = draw(st.sampled_from(dtypes))
     element_size = ELEMENT_SIZES[dtype]
-    min_page = 1
+    min_page = min_page_size
     if min_capacity > max_rows * min_page:
         min_page = -(-min_capacity // max_rows)
-    page_size = draw(st.integers(min_page, max_page_size))
-    rows = draw(st.integers(max(min_rows, -(-min_capacity // page_size)), max_rows))
+    page_size = draw(sizes(max_page_size, min_size=min_page, block=16))
+    fewest_rows = max(min_rows, -(-min_capacity // page_size))
+    most_rows = max_rows if max_capacity is None else max(fewest_rows, max_capacity // page_size)
+    rows = draw(sizes(min(most_rows, max_rows), min_size=fewest_rows))
     num_bytes_per_token = 16 * draw(st.integers(1, max_bytes_per_token // 16))
     read_bytes = 16 * draw(st.integers(1, num_bytes_per_token // 16))
     slot_layout_bytes = page_size * num_bytes_per_token
@@ -368,6 +381,8 @@ def source_layouts(
     nd_rows: bool = True,
     fills=("dense",),
     min_capacity: int = 0,
+    min_page_size: int = 1,
+    max_capacity: int | None = None,
 ) -> st.SearchStrategy[SourceLayout]:
     """Valid RealKvSource layouts: every SPEC §3 rule holds for the view they describe.
 
@@ -376,7 +391,10 @@ def source_layouts(
     ``row_gaps`` lets the row stride exceed the row; ``offsets`` puts bytes before the view
     and after its last row; ``nd_rows`` draws rows like ``(heads, head_dim)`` as well as
     flat ones, within the rank limit of :func:`set_source_ndim_max`; ``fills`` is drawn from :data:`FILLS`. Every layout has
-    ``capacity >= min_capacity``.
+    ``capacity >= min_capacity``, and with ``max_capacity`` at most that many slots unless
+    ``min_rows`` or ``min_capacity`` need more (a bound on memory for pools of many rows).
+    Page sizes (from ``min_page_size``) and row counts are drawn by :func:`strategies.sizes`,
+    so pages of 2^k +- 1 and multiples of 16 (96, 112, ...) come up often.
 
     Example draw::
 
@@ -396,8 +414,11 @@ def source_layouts(
     _check_int("min_rows", min_rows, 0, _MAX_ROWS)
     _check_int("max_rows", max_rows, min_rows, _MAX_ROWS)
     _check_int("max_page_size", max_page_size, 1, _MAX_PAGE_SIZE)
+    _check_int("min_page_size", min_page_size, 1, max_page_size)
     _check_int("max_bytes_per_token", max_bytes_per_token, 16, _MAX_BYTES_PER_TOKEN)
     _check_int("min_capacity", min_capacity, 0, max_rows * max_page_size)
+    if max_capacity is not None:
+        _check_int("max_capacity", max_capacity, max(min_capacity, 1), _MAX_ROWS * _MAX_PAGE_SIZE)
     fills = tuple(fills)
     if not fills or any(f not in FILLS for f in fills):
         raise InvalidArgument(f"fills={fills!r} must be a non-empty subset of {FILLS}")
@@ -438,12 +459,13 @@ _SLOT_PIECES = ("any", "run", "repeat", "permutation", "edge")
 
 
 @st.composite
-def _slot_indices(draw, capacity, min_size, max_size, page_size, long_size):
+def _slot_indices(draw, capacity, min_size, max_size, page_size, long_size, edges):
     if capacity == 0:
         return []
-    size = draw(st.integers(min_size, max_size))
+    size = draw(sizes(max_size, min_size=min_size))
+    drawn = min(size, _DRAWN_SLOTS)
     slots: list[int] = []
-    while len(slots) < size:
+    while len(slots) < drawn:
         piece = draw(st.sampled_from(_SLOT_PIECES))
         if piece == "any":
             slots.append(draw(st.integers(0, capacity - 1)))
@@ -464,7 +486,12 @@ def _slot_indices(draw, capacity, min_size, max_size, page_size, long_size):
             slots.extend(draw(st.permutations(block)))
         else:
             slots.append(draw(st.sampled_from((0, capacity - 1))))
-    slots = slots[:size]
+    slots = slots[:drawn]
+    if size > drawn:
+        seed = draw(st.integers(0, 2**32 - 1), label="slots past the drawn ones: seed")
+        slots += bulk_slots(capacity, size - drawn, page_size=page_size, seed=seed)
+    if edges:
+        slots += capacity_edges(capacity, page_size)
     # Drawn last, and shrinking towards "no", so a failure shrinks to a short list.
     if long_size is not None and draw(st.integers(1, _LONG_ONE_IN)) == _LONG_ONE_IN:
         length = draw(st.integers(max(max_size + 1, long_size // 2 + 1), long_size))
@@ -474,6 +501,45 @@ def _slot_indices(draw, capacity, min_size, max_size, page_size, long_size):
     return slots
 
 
+def bulk_slots(capacity: int, count: int, *, page_size: int | None = None, seed: int) -> list[int]:
+    """``count`` slots in ``[0, capacity)`` from ``seed``, as many cheaply as a property needs:
+    half single slots anywhere, half runs of 2 to 64 consecutive slots, each run starting just
+    before a page boundary when ``page_size`` is given.
+
+    Example: ``bulk_slots(1000, 6, page_size=16, seed=1)`` is
+    ``[942, 943, 944, 945, 946, 947]`` (one run across the page boundary at 944).
+    """
+    rng = np.random.default_rng(seed)
+    out: list[int] = []
+    while len(out) < count:
+        if rng.random() < 0.5:
+            out.append(int(rng.integers(capacity)))
+            continue
+        length = int(rng.integers(2, 65))
+        if page_size is not None and capacity > page_size:
+            boundary = page_size * int(rng.integers(1, (capacity - 1) // page_size + 1))
+            start = max(0, boundary - int(rng.integers(1, length)))
+        else:
+            start = int(rng.integers(capacity))
+        out.extend(range(start, min(start + length, capacity)))
+    return out[:count]
+
+
+def capacity_edges(capacity: int, page_size: int | None = None) -> list[int]:
+    """The slots at every power-of-two edge of ``capacity`` (``2^k - 1, 2^k, 2^k + 1`` below
+    it, 0 and the last slot), and with ``page_size`` the same edges of the in-page index in
+    the first and the last page (slot 64 of a page of 96 is where a 6-bit index wraps).
+
+    Example: ``capacity_edges(10)`` is ``[0, 1, 2, 3, 4, 5, 7, 8, 9]``.
+    """
+    edges = set(power_of_two_edges(capacity - 1)) | {capacity - 1}
+    if page_size is not None and page_size > 1:
+        last_page = (capacity - 1) // page_size * page_size
+        for index in power_of_two_edges(page_size - 1):
+            edges.update(s for s in (index, last_page + index) if s < capacity)
+    return sorted(edges)
+
+
 def slot_indices(
     capacity: int,
     *,
@@ -481,12 +547,18 @@ def slot_indices(
     max_size: int = 24,
     page_size: int | None = None,
     long_size: int | None = None,
+    edges: bool = False,
 ) -> st.SearchStrategy[list[int]]:
     """Lists of slots in ``[0, capacity)``, built from pieces that stress the page mapping.
 
     Pieces: any slot; a run of consecutive slots (crossing a page boundary when
     ``page_size`` is given, and often anyway); one slot repeated; a shuffled block; the
-    first or last slot. ``capacity == 0`` gives only ``[]``.
+    first or last slot. ``capacity == 0`` gives only ``[]``. The list's length is drawn by
+    :func:`strategies.sizes` (so 2^k +- 1 slots come up often); past 64 slots the rest are
+    :func:`bulk_slots` from a drawn seed.
+
+    ``edges`` appends :func:`capacity_edges`: every power-of-two edge of the capacity (and of
+    the in-page index), the slots where an index kept in too few bits goes wrong.
 
     ``long_size`` (None: never) lets about one draw in 12 be a long list, of
     ``max(max_size + 1, long_size // 2 + 1)`` to ``long_size`` slots: a list drawn as above,
@@ -509,7 +581,9 @@ def slot_indices(
         _check_int("page_size", page_size, 1, 2**40)
     if long_size is not None:
         _check_int("long_size", long_size, max_size + 1, _MAX_LONG_SLOT_LIST)
-    return _slot_indices(capacity, min_size, max_size, page_size, long_size)
+    if not isinstance(edges, bool):
+        raise InvalidArgument(f"edges={edges!r} must be a bool")
+    return _slot_indices(capacity, min_size, max_size, page_size, long_size, edges)
 
 
 def modes() -> st.SearchStrategy[int]:
