@@ -10,6 +10,7 @@ are worded lives in :mod:`conformance.assertions`.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import pprint
 from collections.abc import Sequence
 
@@ -32,6 +33,7 @@ from conformance.support import import_impl_lines
 from strategies.chains import CHAIN, POSITION, REAL_KV, TOKEN
 
 __all__ = [
+    "Outcome",
     "Snapshot",
     "assert_same_state",
     "batch_number",
@@ -40,8 +42,12 @@ __all__ = [
     "code",
     "differences",
     "expected_reports",
+    "implementation_outcome",
     "implementation_write_verify",
     "launch_rows",
+    "preset_records",
+    "records_sha256",
+    "reference_outcome",
     "reference_verify_launch",
     "reference_write_launch",
     "reference_write_verify",
@@ -432,19 +438,37 @@ def take_damage(made, state) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Golden write/verify scenarios (conformance/golden/write_verify.json): the final state in
-# the stored form, on the reference and on the implementation, and how two of them differ.
+# Golden write/verify scenarios (conformance/golden/write_verify.json, scale.json): the final
+# state in the stored form, on the reference and on the implementation, and how two of them
+# differ. Steps are ``(op, description)``: ``write`` and ``verify`` launches, a ``corrupt``ion,
+# and ``preset``, a write batch the reference writes into a scratch copy of the state, of
+# which only the canary records are given to the world (the implementation never runs it:
+# its ring, write index and counters stay as they were).
 
 
-def _observed(final: Snapshot, index_start: int, index_after: Sequence[int]) -> dict:
-    """``final`` as the files store it: records and the rows each launch stored (sorted within
-    the launch) as u64 hex, the write index after every step, both counters."""
+def records_sha256(records: np.ndarray) -> str:
+    """The sha256 (hex) of records ``[num_slots, 4]`` as little-endian int64, row by row."""
+    return hashlib.sha256(np.ascontiguousarray(records, dtype="<i8").tobytes()).hexdigest()
+
+
+def _observed(
+    final: Snapshot, index_start: int, index_after: Sequence[int], *, digest: bool = False
+) -> dict:
+    """``final`` as the files store it: records (u64 hex, or with ``digest`` only their
+    :func:`records_sha256`) and the rows each launch stored (sorted within the launch) as u64
+    hex, the write index after every step, both counters."""
     pieces, before = [final.ring[:0]], index_start
     for after in index_after:
         pieces.append(launch_rows(final.ring, before, after))
         before = after
+    records = final.records()
+    stored = (
+        {"records_sha256": records_sha256(records)}
+        if digest
+        else {"records": [[hexu(v) for v in record] for record in records]}
+    )
     return {
-        "records": [[hexu(v) for v in record] for record in final.records()],
+        **stored,
         "ring_rows": [[hexu(v) for v in row] for row in np.concatenate(pieces)],
         "write_index_after_step": [int(i) for i in index_after],
         "write_index": int(index_after[-1]) if index_after else int(index_start),
@@ -453,8 +477,44 @@ def _observed(final: Snapshot, index_start: int, index_after: Sequence[int]) -> 
     }
 
 
-def reference_write_verify(world: st_kv.CanaryWorld, steps) -> dict:
-    """The final state the reference reaches after ``steps`` (``(op, description)`` pairs)."""
+@dataclasses.dataclass
+class Outcome:
+    """Where a scenario's steps left a world: its final snapshot, the write index before the
+    first step and after each, and (on the implementation) what changed where no launch may
+    write."""
+
+    final: Snapshot
+    index_start: int
+    index_after: list[int]
+    stray: list[str] = dataclasses.field(default_factory=list)
+
+    def stored(self) -> dict:
+        """The stored form of ``write_verify.json``: every record as u64 hex."""
+        return _observed(self.final, self.index_start, self.index_after)
+
+    def digested(self) -> dict:
+        """The stored form of ``scale.json``: the records as their sha256 only."""
+        return _observed(self.final, self.index_start, self.index_after, digest=True)
+
+
+def preset_records(state: reference.CanaryState, batch: st_kv.WriteBatch) -> np.ndarray:
+    """The canary buffer the reference's write of ``batch`` leaves, written into a scratch
+    copy of ``state`` (``state`` itself, its ring and its counters stay untouched)."""
+    scratch = dataclasses.replace(
+        state,
+        canary_buf=state.canary_buf.copy(),
+        violation_ring=state.violation_ring.copy(),
+        violation_write_index=state.violation_write_index.copy(),
+        slot_run_counter=state.slot_run_counter.copy(),
+        kernel_run_counter=state.kernel_run_counter.copy(),
+        enable_chain_position_assert=state.enable_chain_position_assert.copy(),
+    )
+    reference.write(scratch, **reference_write_launch(batch))
+    return scratch.canary_buf
+
+
+def reference_outcome(world: st_kv.CanaryWorld, steps) -> Outcome:
+    """Where the reference's run of ``steps`` (``(op, description)`` pairs) leaves ``world``."""
     made = st_kv.materialize_world(world, "cpu")
     state = made.reference_state()
     index_start = int(state.violation_write_index[0])
@@ -464,24 +524,30 @@ def reference_write_verify(world: st_kv.CanaryWorld, steps) -> dict:
             reference.write(state, **reference_write_launch(step))
         elif op == "verify":
             reference.verify(state, **reference_verify_launch(step))
-        else:
+        elif op == "preset":
+            state.canary_buf = preset_records(state, step)
+        elif op == "corrupt":
             # Corruptions act on tensors: give the world the reference's records, damage it,
             # and take the damaged records and KV bytes back.
             made.canary_buf.copy_(torch.from_numpy(state.canary_buf))
             st_kv.apply_corruption(made, step)
             take_damage(made, state)
+        else:
+            raise ValueError(f"unknown step {op!r}")
         index_after.append(int(state.violation_write_index[0]))
-    return _observed(Snapshot.of_state(state), index_start, index_after)
+    return Outcome(Snapshot.of_state(state), index_start, index_after)
 
 
-def implementation_write_verify(
-    impl, world: st_kv.CanaryWorld, steps, device
-) -> tuple[dict, list[str]]:
-    """What ``impl`` leaves on ``device`` after ``steps``, in the stored form.
+def reference_write_verify(world: st_kv.CanaryWorld, steps) -> dict:
+    """The final state the reference reaches after ``steps`` (``(op, description)`` pairs),
+    in the stored form of ``write_verify.json``."""
+    return reference_outcome(world, steps).stored()
 
-    Also returns what changed that no launch may touch and the files do not store: bytes
-    past the 32 record bytes of a slot, and ring rows outside the range the launches stored.
-    """
+
+def implementation_outcome(impl, world: st_kv.CanaryWorld, steps, device) -> Outcome:
+    """Where ``impl``'s run of ``steps`` leaves ``world`` on ``device``; its ``stray`` lists
+    what changed that no launch may touch and the files do not store: bytes past the 32 record
+    bytes of a slot, and ring rows outside the range the launches stored."""
     made = st_kv.materialize_world(world, device)
     before = Snapshot.of_world(made)
     index_after = []
@@ -490,20 +556,35 @@ def implementation_write_verify(
             run_write(impl, made, step, device)
         elif op == "verify":
             run_verify(impl, made, step, device)
-        else:
+        elif op == "preset":
+            records = preset_records(made.reference_state(), step)
+            made.canary_buf.copy_(torch.from_numpy(records))
+        elif op == "corrupt":
             st_kv.apply_corruption(made, step)
+        else:
+            raise ValueError(f"unknown step {op!r}")
         index_after.append(int(made.violation_write_index.item()))
     final = Snapshot.of_world(made)
     end = index_after[-1] if index_after else before.write_index
     stray = untouched_changes(final, before, start=before.write_index, end=end)
-    return _observed(final, before.write_index, index_after), stray
+    return Outcome(final, before.write_index, index_after, stray)
+
+
+def implementation_write_verify(
+    impl, world: st_kv.CanaryWorld, steps, device
+) -> tuple[dict, list[str]]:
+    """What ``impl`` leaves on ``device`` after ``steps``, in the stored form of
+    ``write_verify.json``, and the :attr:`Outcome.stray` changes."""
+    outcome = implementation_outcome(impl, world, steps, device)
+    return outcome.stored(), outcome.stray
 
 
 def differences(got: dict, want: dict, ops: Sequence[str], *, limit: int = 12) -> list[str]:
     """What differs between two stored-form final states of a scenario whose steps are
     ``ops``, one line per difference, each field by name (``slot 3: prev_hash got 0x...,
     want 0x...``, ``ring row 0 (slot 7): expected_token got 0, want -1``), launch tags and
-    violation bits by name, every line under 100 columns."""
+    violation bits by name, every line under 100 columns. Records are compared slot by slot
+    where both states hold them, and by their ``records_sha256`` where both hold that."""
     problems = []
     for k, (g, w) in enumerate(
         zip(got["write_index_after_step"], want["write_index_after_step"], strict=True)
@@ -513,7 +594,17 @@ def differences(got: dict, want: dict, ops: Sequence[str], *, limit: int = 12) -
     for name in ("slot_run_counter", "kernel_run_counter"):
         if got[name] != want[name]:
             problems.append(f"{name} got {got[name]}, want {want[name]}")
-    for slot, (g, w) in enumerate(zip(got["records"], want["records"], strict=True)):
+    if "records_sha256" in got and "records_sha256" in want:
+        if got["records_sha256"] != want["records_sha256"]:
+            problems.append(
+                f"records_sha256 got {got['records_sha256'][:16]}..., "
+                f"want {want['records_sha256'][:16]}..."
+            )
+    for slot, (g, w) in enumerate(
+        zip(got.get("records", ()), want.get("records", ()), strict=True)
+    ):
+        if g == w:
+            continue
         g_values = [from_hexu(v) for v in g]
         w_values = [from_hexu(v) for v in w]
         for line in field_differences(RECORD_FIELDS, g_values, w_values):

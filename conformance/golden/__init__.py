@@ -11,19 +11,33 @@ Every scenario is listed by hand (:mod:`conformance.golden.fingerprint_scenarios
 :mod:`conformance.golden.write_verify_scenarios`) as plain ``strategies`` descriptions
 (:class:`~strategies.SourceLayout`, :class:`~strategies.CanaryWorld`,
 :class:`~strategies.WriteBatch`, :class:`~strategies.VerifyBatch`,
-:class:`~strategies.Corruption`); nothing is drawn by Hypothesis. Each is stored with a
-stable ``id``, a one-line ``what``, its description as plain dicts and what ``reference``
+:class:`~strategies.Corruption`), or (:mod:`conformance.golden.scale_scenarios`) as a recipe
+that expands into them; nothing is drawn by Hypothesis. Each is stored with a stable ``id``,
+a one-line ``what``, its description (or recipe) as plain dicts and what ``reference``
 computes for it, so the JSON alone plus ``strategies``' materialization rebuilds every input;
-``conformance/test_golden.py`` then has the implementation under test reproduce every stored
-result exactly. Any change to a stored hash is therefore a deliberate format change.
+``conformance/test_golden.py`` and ``conformance/test_golden_scale.py`` then have the
+implementation under test reproduce every stored result exactly. Any change to a stored hash
+is therefore a deliberate format change.
 
 - ``fingerprint.json``: sources (a layout, or a layout whose backing bytes are given
   explicitly as ``backing_hex``, as for the SPEC §2 vectors), whether they share one
   per-layer pool, slots, mode, and the hash of every slot as u64 hex.
-- ``write_verify.json``: a world, a list of steps (``write``, ``corrupt``, ``verify``), and
-  the final state: the four fields of every canary slot as u64 hex, the whole ring as u64
-  hex with the rows each launch stored sorted (their order inside a launch is unspecified),
-  the write index after every step, and both run counters.
+- ``write_verify.json``: a world, a list of steps (``write``, ``corrupt``, ``verify``, and
+  ``preset``: records the reference writes, given to the world without a launch), and the
+  final state: the four fields of every canary slot as u64 hex, the whole ring as u64 hex
+  with the rows each launch stored sorted (their order inside a launch is unspecified), the
+  write index after every step, and both run counters.
+- ``scale.json``: engine-sized scenarios (pages of 96 and 128 slots, pools past 2^16 slots,
+  a 4096-token prefill, 300 decode requests, a verify of 33,000 entries), too large to store
+  as descriptions or results: each is a *recipe*, a small dict of a ``kind`` and a few ints
+  (sizes and seeds) that :func:`conformance.golden.scale_scenarios.expand` turns into the
+  usual descriptions with numpy's ``default_rng(seed)`` alone, and ``expected``, what the
+  reference computes, as hashes and digests: for a fingerprint the hash of every slot as u64
+  hex (its slot list is short); for a write/verify scenario ``records_sha256`` (the sha256 of
+  the final records as little-endian int64 ``[num_slots, 4]``), the stored ring rows (u64
+  hex, sorted within each launch), the write index after every step (and the last one as
+  ``write_index``) and both run counters. ``conformance/test_golden_scale.py`` has the
+  implementation reproduce them.
 
 The vectors pin the byte fills too. Layout bytes come from
 ``strategies.materialize.layout_bytes`` and a world's initial buffer, ring and counters from
@@ -43,9 +57,10 @@ from pathlib import Path
 
 from conformance.assertions import hexu
 from conformance.golden.fingerprint_scenarios import fingerprint_scenarios
+from conformance.golden.scale_scenarios import expand, scale_scenarios
 from conformance.golden.write_verify_scenarios import write_verify_scenarios
 from conformance.support import materialize_all, reference_fingerprint, reference_sources
-from conformance.write_verify_support import reference_write_verify
+from conformance.write_verify_support import reference_outcome, reference_write_verify
 from strategies import CanaryWorld, Corruption, SourceLayout, VerifyBatch, WriteBatch, WriteRequest
 
 __all__ = [
@@ -54,12 +69,15 @@ __all__ = [
     "FINGERPRINT_FILE",
     "FORMAT_VERSION",
     "GOLDEN_DIR",
+    "SCALE_FILE",
     "WRITE_VERIFY_FILE",
     "changes",
+    "fingerprint_hashes",
     "layouts_of",
     "load",
     "plain",
     "render",
+    "scale_expected",
     "sources_of",
     "steps_of",
     "world_of",
@@ -68,15 +86,13 @@ __all__ = [
 GOLDEN_DIR = Path(__file__).resolve().parent
 FINGERPRINT_FILE = "fingerprint.json"
 WRITE_VERIFY_FILE = "write_verify.json"
-FILES = (FINGERPRINT_FILE, WRITE_VERIFY_FILE)
+SCALE_FILE = "scale.json"
+FILES = (FINGERPRINT_FILE, WRITE_VERIFY_FILE, SCALE_FILE)
 FORMAT_VERSION = 1
 COMMAND = "python -m conformance.golden"
 
 
 # ---------------------------------------------------------------------------------------------
-# Descriptions as plain JSON data, and back.
-
-
 # Descriptions as plain JSON data, and back.
 
 
@@ -127,6 +143,7 @@ def _steps_from(steps: Sequence[dict]) -> list[tuple[str, object]]:
     """``[{op: description}, ...]`` back to ``(op, WriteBatch | VerifyBatch | Corruption)``."""
     parsers = {
         "write": _write_batch_from,
+        "preset": _write_batch_from,
         "verify": _verify_batch_from,
         "corrupt": lambda data: Corruption(**data),
     }
@@ -194,12 +211,31 @@ def _dumps(value, depth: int = 0) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
+def fingerprint_hashes(layouts, slots, mode, *, shared=False, backings=None) -> list[str]:
+    """The reference's hash of every slot of one fingerprint call, as u64 hex."""
+    made = materialize_all(layouts, "cpu", shared=shared, backings=backings)
+    return [hexu(h) for h in reference_fingerprint(reference_sources(made), slots, mode)]
+
+
 def _hashes(vector: dict) -> list[str]:
     """The reference's hash of every slot of a fingerprint vector, as u64 hex."""
     layouts, backings = sources_of(vector)
-    made = materialize_all(layouts, "cpu", shared=vector["shared"], backings=backings)
-    hashes = reference_fingerprint(reference_sources(made), vector["slots"], vector["mode"])
-    return [hexu(h) for h in hashes]
+    return fingerprint_hashes(
+        layouts, vector["slots"], vector["mode"], shared=vector["shared"], backings=backings
+    )
+
+
+def scale_expected(recipe: dict) -> dict:
+    """What the reference computes for a scale recipe, as ``scale.json`` stores it: the
+    ``hashes`` of a fingerprint's slots, or a write/verify scenario's final state with its
+    records as their sha256 (:meth:`~conformance.write_verify_support.Outcome.digested`)."""
+    if recipe["kind"] == "fingerprint":
+        case = expand(recipe)
+        return {
+            "hashes": fingerprint_hashes(case.layouts, case.slots, case.mode, shared=case.shared)
+        }
+    world, steps = expand(recipe)
+    return reference_outcome(world, steps).digested()
 
 
 def render() -> dict[str, str]:
@@ -211,9 +247,14 @@ def render() -> dict[str, str]:
         {**scenario, "expected": reference_write_verify(world_of(scenario), steps_of(scenario))}
         for scenario in map(plain, write_verify_scenarios())
     ]
+    scale = [
+        {**scenario, "expected": scale_expected(scenario["recipe"])}
+        for scenario in scale_scenarios()
+    ]
     return {
         FINGERPRINT_FILE: _document("fingerprint", fingerprints),
         WRITE_VERIFY_FILE: _document("write_verify", write_verify),
+        SCALE_FILE: _document("scale", scale),
     }
 
 

@@ -4,6 +4,14 @@ Each is a dict with a stable ``id``, a one-line ``what``, a :class:`~strategies.
 and its steps (``write``: a :class:`~strategies.WriteBatch`, ``corrupt``: a
 :class:`~strategies.Corruption`, ``verify``: a :class:`~strategies.VerifyBatch`), each launch
 defined by SPEC §6; :mod:`conformance.golden` adds the reference's final state and stores it.
+
+One more op serves large worlds (``scale.json``, :mod:`conformance.golden.scale_scenarios`):
+``preset``, a :class:`~strategies.WriteBatch` that the *reference* writes into a scratch copy
+of the state, of which only the resulting canary records are given to the world, on the
+reference's side and on the implementation's alike (``conformance.write_verify_support``).
+The implementation never runs that write, and its ring, write index and counters stay as they
+were: it lays down tens of thousands of chained records for a verify without the
+implementation's write, which is slow under Triton's CPU interpreter.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ import strategies as st_kv
 from strategies import CanaryWorld, Corruption, SourceLayout, VerifyBatch, WriteBatch, WriteRequest
 from strategies.chains import INT64_MAX, INT64_MIN
 
-__all__ = ["write_verify_scenarios"]
+__all__ = ["check_steps", "write_verify_scenarios"]
 
 _KV = st_kv.layout(
     dtype="float16",
@@ -117,10 +125,11 @@ def _window_byte(layout: SourceLayout, slot: int, byte: int) -> int:
     return int(st_kv.slot_window_starts(layout)[slot]) + byte
 
 
-def _check_steps(world: CanaryWorld, steps) -> None:
-    """Keep hand-written launches defined (SPEC §6): no slot written twice, none a seed."""
+def check_steps(world: CanaryWorld, steps) -> None:
+    """Keep hand-written launches defined (SPEC §6): no slot written twice, none a seed (a
+    ``preset`` write too: the reference runs it)."""
     for op, step in steps:
-        if op != "write":
+        if op not in ("write", "preset"):
             continue
         _, _, slots = step.token_arrays()
         written = [s for s in slots if s >= 0]
@@ -132,7 +141,7 @@ def _check_steps(world: CanaryWorld, steps) -> None:
 
 
 def _scenario(vid: str, what: str, world: CanaryWorld, steps) -> dict:
-    _check_steps(world, steps)
+    check_steps(world, steps)
     return {
         "id": vid,
         "what": what,
