@@ -289,12 +289,16 @@ def write_kernel(
                     input_bits, writing & (input_bits != 0),
                 )
             successor = prev_position + 1  # int64: wraps from 2**63 - 1 to -2**63
-            append_violation(
-                ring_ptr, ring_capacity, write_index_ptr,
-                kind, slot, position, token, token, as_i64(running), successor,
-                slot * 0 + FAIL_WRITE_POSITION,
-                writing & check_position & (position != successor),
-            )
+            # Uniform across the program (one request), so a branch, not a mask: a request
+            # from the anchor, or with the assert off, skips the append entirely (a third of
+            # an entry's work under the CPU interpreter, which runs masked-off code too).
+            if check_position:
+                append_violation(
+                    ring_ptr, ring_capacity, write_index_ptr,
+                    kind, slot, position, token, token, as_i64(running), successor,
+                    slot * 0 + FAIL_WRITE_POSITION,
+                    writing & check_position & (position != successor),
+                )
             prev_position = tl.where(writing & check_position, position, prev_position)
             fields = buf_ptr + tl.where(writing, slot, 0) * slot_stride_words
             tl.store(fields + 0, token, mask=writing)

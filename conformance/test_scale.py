@@ -335,7 +335,7 @@ def test_long_prefill_in_chunks_equals_reference(impl, device, rerun_options, ca
 
 
 @pytest.mark.write_verify
-@scale_examples(2)
+@scale_examples()
 @given(case=many_request_cases())
 def test_many_requests_in_one_launch_equal_reference(impl, device, rerun_options, case):
     """A write launch of 257+ requests, a decode launch continuing each of them, and a verify of every entry leave what the reference leaves."""
@@ -349,7 +349,7 @@ def test_many_requests_in_one_launch_equal_reference(impl, device, rerun_options
 
 
 @pytest.mark.write_verify
-@scale_examples(2)
+@scale_examples()
 @given(case=sweep_cases())
 def test_long_verify_sweep_equals_reference(impl, device, rerun_options, case):
     """A verify sweep of 32,769+ varied entries over a world of 2^16+ slots, with a ring of 1024+ rows, reports exactly what the reference reports."""
