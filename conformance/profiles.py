@@ -161,7 +161,9 @@ SCALE_SIZES = {
         huge_pool_slots=(2**20 + 1, 2**20 + 2**12),  # one source past 2^20 slots
         page_sizes=(65, 256),  # the big-page source: in-page indices past 64
         fingerprint_slots=(1, 512),  # slots per call besides every power-of-two edge
-        sweep_entries=(32769, 33792),  # past a persistent grid of 64 x 512 = 32,768 lanes
+        # a persistent grid of 64 x 512 = 32,768 lanes, then 512 entries of its second lap (at
+        # the CPU's rate of reported entries, 1 in 80, some six reports past the lap)
+        sweep_entries=(33280, 34304),
         sweep_slots=(2**16 + 1, 2**17),  # the sweep's canary buffer
         ring_rows=(1024, 2048),
     ),
@@ -174,7 +176,7 @@ SCALE_SIZES = {
         huge_pool_slots=(2**20 + 1, 2**22),
         page_sizes=(65, 256),
         fingerprint_slots=(1, 32768),
-        sweep_entries=(32769, 2**16),
+        sweep_entries=(33280, 2**16),
         sweep_slots=(2**16 + 1, 2**18),
         ring_rows=(1024, 16384),
     ),

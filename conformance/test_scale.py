@@ -67,7 +67,7 @@ def scale_worlds(*, min_slots: int, max_slots: int, **options) -> st.SearchStrat
     )
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, repr=False)
 class ScaleCase:
     """A world, the write launches the implementation runs on it in order, the write whose
     records the reference lays down first (``preset``, or None), and the verify plan run
@@ -82,6 +82,14 @@ class ScaleCase:
     def chains(self) -> tuple[st_kv.Chain, ...]:
         batches = ((self.preset,) if self.preset else ()) + self.writes
         return tuple(chain for batch in batches for chain in st_kv.chains_written(batch))
+
+    def __repr__(self) -> str:
+        # Hypothesis prints a failing example: the batches' entries would be megabytes
+        return f"ScaleCase(<{self.sizes()}>, world={self.world!r})"
+
+    def _repr_pretty_(self, printer, cycle) -> None:
+        # Hypothesis' pretty printer takes a dataclass field by field unless told this way
+        printer.text(repr(self))
 
     def sizes(self) -> str:
         """The case's sizes in one line, for failure messages."""
@@ -177,8 +185,8 @@ def many_request_cases(draw) -> ScaleCase:
 
 @st.composite
 def sweep_cases(draw) -> ScaleCase:
-    """A world of 2^16+ canary slots and a ring of 1024+ rows, 32,769+ entries of records laid
-    down by the reference, and a varied verify plan of 32,769+ entries over them."""
+    """A world of 2^16+ canary slots and a ring of 1024+ rows, 33,280+ entries of records laid
+    down by the reference, and a varied verify plan of 33,280+ entries over them (512+ past a persistent grid's first lap)."""
     sizes = profiles.scale_sizes()
     lo, hi = sizes["sweep_entries"]
     world = draw(
@@ -206,7 +214,7 @@ def sweep_cases(draw) -> ScaleCase:
     return ScaleCase(world, (), plan, preset=preset)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, repr=False)
 class PoolCase:
     """A ``fingerprint`` call on big pages and pools: the layouts (the first with a page of
     65 to 256 slots), slots at every power-of-two edge of the capacity and of the page, mode,
@@ -217,6 +225,16 @@ class PoolCase:
     slots: tuple[int, ...]
     mode: int
     shared: bool
+
+    def __repr__(self) -> str:
+        slots = f"<{len(self.slots)} slots up to {max(self.slots)}>"
+        return (
+            f"PoolCase(kind={self.kind!r}, layouts={self.layouts!r}, slots={slots}, "
+            f"mode={self.mode}, shared={self.shared})"
+        )
+
+    def _repr_pretty_(self, printer, cycle) -> None:
+        printer.text(repr(self))
 
 
 #: The pools a fingerprint call reads: one source past 2^20 slots, or up to three past 2^16.
@@ -352,7 +370,7 @@ def test_many_requests_in_one_launch_equal_reference(impl, device, rerun_options
 @scale_examples()
 @given(case=sweep_cases())
 def test_long_verify_sweep_equals_reference(impl, device, rerun_options, case):
-    """A verify sweep of 32,769+ varied entries over a world of 2^16+ slots, with a ring of 1024+ rows, reports exactly what the reference reports."""
+    """A verify sweep of 33,280+ varied entries over a world of 2^16+ slots, with a ring of 1024+ rows, reports exactly what the reference reports."""
     run_scale_case(
         impl,
         device,
