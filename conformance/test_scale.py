@@ -43,6 +43,7 @@ from conformance.support import (
 from conformance.write_verify_support import (
     Snapshot,
     assert_same_state,
+    preset_records,
     reference_verify_launch,
     reference_write_launch,
     verify_launch,
@@ -316,9 +317,8 @@ def run_scale_case(impl, device, case: ScaleCase, *, test: str, rerun_options: s
     if case.preset is not None:
         # the records a long history of writes left: laid down by the reference, so that the
         # implementation under test only verifies them
-        scratch = made.reference_state()
-        reference.write(scratch, **reference_write_launch(case.preset))
-        made.canary_buf.copy_(torch.from_numpy(scratch.canary_buf).to(made.canary_buf.device))
+        records = preset_records(made.reference_state(), case.preset)
+        made.canary_buf.copy_(torch.from_numpy(records).to(made.canary_buf.device))
     state = made.reference_state()
     launches = [("write", batch) for batch in case.writes]
     if case.plan is not None:
