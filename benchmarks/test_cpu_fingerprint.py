@@ -1,4 +1,4 @@
-"""CPU fingerprint: the numpy reference, canary.torch_backend and a per-slot pure-Python fold
+"""CPU fingerprint: the numpy reference, canary_torch and a per-slot pure-Python fold
 side by side at 1 MiB of bytes read; the reference beside SGLang 0.5.23's own reference hash
 (4096 scattered slots x 256 B, ALL, page size 4), with numpy's floor for that work; then the
 reference against torch_backend by mode and source count.
@@ -17,9 +17,9 @@ import pytest
 import torch
 
 import canary
+import canary_torch
 import reference
 from benchmarks import report, workloads
-from canary import torch_backend
 from reference.hashing import splitmix64_inplace
 
 SLOTS = 8192
@@ -39,9 +39,9 @@ class Case:
         layout, pool = pool_and_layout
         self.mode = mode
         self.sources = workloads.kv_sources(canary, pool, layout, num_sources, READ_BYTES)
-        # torch_backend takes only its own RealKvSource (it shares no type with canary)
+        # canary_torch takes only its own RealKvSource (it shares no type with canary)
         self.torch_sources = workloads.kv_sources(
-            torch_backend, pool, layout, num_sources, READ_BYTES
+            canary_torch, pool, layout, num_sources, READ_BYTES
         )
         self.reference_sources = workloads.reference_sources(self.sources)
         self.slots = workloads.page_scattered_slots(SLOTS, layout, seed=seed)
@@ -53,7 +53,7 @@ class Case:
         return reference.fingerprint(self.reference_sources, self.slots, self.mode)
 
     def torch_backend(self) -> np.ndarray:
-        return torch_backend.fingerprint(
+        return canary_torch.fingerprint(
             self.torch_sources, self.slots_tensor, mode=self.mode
         ).numpy()
 

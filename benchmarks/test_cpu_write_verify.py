@@ -1,4 +1,4 @@
-"""CPU write and verify: canary.torch_backend and the numpy reference on the launches an
+"""CPU write and verify: canary_torch and the numpy reference on the launches an
 engine runs (decode batches, prefill chunks, a sweep) and on those of the suite's
 engine-scale tests (an 8192-token prefill, a 33,000-entry sweep), ALL mode, K and V of one
 layer.
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import canary
+import canary_torch
 import reference
 from benchmarks import report, workloads
-from canary import torch_backend
 
 NUM_SOURCES = 2
 READ_BYTES = 128
@@ -42,10 +42,10 @@ class Prepared:
                 workloads.reference_sources(sources), MODE, num_slots=layout.capacity
             )
         else:
-            # torch_backend takes only its own RealKvSource (it shares no type with canary)
-            own = workloads.kv_sources(torch_backend, pool, layout, NUM_SOURCES, READ_BYTES)
+            # canary_torch takes only its own RealKvSource (it shares no type with canary)
+            own = workloads.kv_sources(canary_torch, pool, layout, NUM_SOURCES, READ_BYTES)
             self.state = workloads.make_context(
-                torch_backend, own, MODE, num_slots=layout.capacity, device="cpu"
+                canary_torch, own, MODE, num_slots=layout.capacity, device="cpu"
             )
         self._launch_write(scenario.setup)()
         self.write = self._launch_write(scenario.write) if scenario.write else None
@@ -57,15 +57,15 @@ class Prepared:
         if self.impl_name == "reference":
             plan, arguments = workloads.reference_write_arguments(batch)
             return lambda: reference.write(self.state, plan, **arguments)
-        arguments = workloads.write_arguments(torch_backend, batch, "cpu")
-        return lambda: torch_backend.launch_canary_write_kernel(context=self.state, **arguments)
+        arguments = workloads.write_arguments(canary_torch, batch, "cpu")
+        return lambda: canary_torch.launch_canary_write_kernel(context=self.state, **arguments)
 
     def _launch_verify(self, batch: workloads.VerifyBatch):
         if self.impl_name == "reference":
             plan = workloads.reference_verify_plan(batch)
             return lambda: reference.verify(self.state, plan, check_verify_expected_token=True)
-        arguments = workloads.verify_arguments(torch_backend, batch, "cpu")
-        return lambda: torch_backend.launch_canary_verify_kernel(context=self.state, **arguments)
+        arguments = workloads.verify_arguments(canary_torch, batch, "cpu")
+        return lambda: canary_torch.launch_canary_verify_kernel(context=self.state, **arguments)
 
     def violations(self) -> int:
         return int(np.asarray(self.state.violation_write_index).reshape(-1)[0])

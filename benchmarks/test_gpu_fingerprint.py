@@ -18,8 +18,8 @@ import pytest
 import torch
 
 import canary
+import canary_torch
 from benchmarks import report, workloads
-from canary import torch_backend
 
 pytestmark = pytest.mark.gpu
 
@@ -71,9 +71,9 @@ def _launcher(case: Case, sources, slots: torch.Tensor):
     if case.path == "api":
         return lambda: canary.fingerprint(sources, slots, mode=case.mode)
     if case.path == "torch_backend":
-        # torch_backend takes only its own RealKvSource (it shares no type with canary)
+        # canary_torch takes only its own RealKvSource (it shares no type with canary)
         own = [
-            torch_backend.RealKvSource(
+            canary_torch.RealKvSource(
                 tensor=s.tensor,
                 page_size=s.page_size,
                 num_bytes_per_token=s.num_bytes_per_token,
@@ -81,7 +81,7 @@ def _launcher(case: Case, sources, slots: torch.Tensor):
             )
             for s in sources
         ]
-        return lambda: torch_backend.fingerprint(own, slots, mode=case.mode)
+        return lambda: canary_torch.fingerprint(own, slots, mode=case.mode)
     # The kernel alone: the public call's checks pass once, in the test, not every call.
     from canary import real_kv_hash
 

@@ -3,7 +3,7 @@ write/verify launches of decode batches, prefill chunks and long sweeps.
 
 Everything is built from a seed, so a baseline and a candidate run measure the same bytes.
 Batches are described as host numpy arrays once and turned into the arguments of a torch
-implementation (``canary``, ``canary.torch_backend``) or of the numpy ``reference``.
+implementation (``canary``, ``canary_torch``) or of the numpy ``reference``.
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def _python_splitmix64(x: int) -> int:
 def per_slot_fingerprint(
     sources: Sequence[reference.Source], slots: Iterable[int], read_bytes: Sequence[int]
 ) -> list[int]:
-    """SPEC §4's hash of each slot as a u64 Python int, one slot and one word at a time."""
+    """CONTRACT §4's hash of each slot as a u64 Python int, one slot and one word at a time."""
     hashes = []
     for slot in slots:
         combined = 0
@@ -176,7 +176,7 @@ def per_slot_fingerprint(
 
 @dataclass(frozen=True)
 class WriteBatch:
-    """One write launch, as host arrays (SPEC §6): requests, their seeds and their entries."""
+    """One write launch, as host arrays (CONTRACT §6): requests, their seeds and their entries."""
 
     offsets: np.ndarray  # int64 [num_requests + 1]: entry range of each request
     seeds: np.ndarray  # int64 [num_requests]: slot each chain continues, -1 = anchor
@@ -195,7 +195,7 @@ class WriteBatch:
 
 @dataclass(frozen=True)
 class VerifyBatch:
-    """One verify launch, as host arrays (SPEC §7)."""
+    """One verify launch, as host arrays (CONTRACT §7)."""
 
     slots: np.ndarray  # int64 [num_entries]
     expected_tokens: np.ndarray  # int64 [num_entries]
@@ -345,7 +345,7 @@ def prefill(layout: PoolLayout, num_requests: int, chunk_tokens: int, *, seed: i
 
 
 # ---------------------------------------------------------------------------------------------
-# torch implementations (canary, canary.torch_backend) and the numpy reference
+# torch implementations (canary, canary_torch) and the numpy reference
 
 
 def make_context(impl, sources, mode, *, num_slots: int, device, ring_capacity: int = 1024):

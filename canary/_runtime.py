@@ -140,7 +140,7 @@ _captured: list[Launch] | None = None
 def capture_launches() -> Iterator[list[Launch]]:
     """Record every kernel launch made inside the block instead of running it.
 
-    For ``canary.compile_check``: the launchers run as they always do (every host check,
+    For ``tools.compile_check``: the launchers run as they always do (every host check,
     every argument they derive), and the launches they would make are handed back, to be
     compiled for a GPU target with exactly the arguments a real launch passes.
     """

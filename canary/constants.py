@@ -1,4 +1,4 @@
-"""Constants and enums of the KV canary (SPEC §1), with SGLang's names."""
+"""Constants and enums of the KV canary (CONTRACT §1), with SGLang's names."""
 
 from __future__ import annotations
 

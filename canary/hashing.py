@@ -1,4 +1,4 @@
-"""The hash primitives of SPEC §2, run by the same Triton code the kernels use."""
+"""The hash primitives of CONTRACT §2, run by the same Triton code the kernels use."""
 
 from __future__ import annotations
 

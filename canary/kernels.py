@@ -55,7 +55,7 @@ def fold_source(slots, mask, base_addr, row_stride_bytes, page_size, bytes_per_t
     cols = (slots % page_size) * bytes_per_token
     starts = base_addr + rows * row_stride_bytes + cols  # int64 byte addresses
     # Every window starts 16-byte aligned (16-aligned data_ptr, row stride and bytes per
-    # token, SPEC §3) and is a whole number of 16-byte chunks, so each lane reads its window
+    # token, CONTRACT §3) and is a whole number of 16-byte chunks, so each lane reads its window
     # as [2]-word tiles: the compiler, told the alignment, issues one 16-byte load per chunk.
     pair = tl.arange(0, 2)
     words = starts.to(tl.pointer_type(tl.uint64))[:, None] + pair[None, :]  # [BLOCK, 2]
@@ -319,7 +319,7 @@ def hash_kernel(
     MIX3: tl.constexpr,  # False: splitmix64(a); True: splitmix64_mix3(a, b, c)
     BLOCK: tl.constexpr,
 ):
-    # The hash primitives on their own, so that they can be pinned against SPEC §2.
+    # The hash primitives on their own, so that they can be pinned against CONTRACT §2.
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     a = as_u64(tl.load(a_ptr + offs, mask=mask, other=0))

@@ -1,6 +1,6 @@
-"""The write and verify launchers (SPEC §6-§8).
+"""The write and verify launchers (CONTRACT §6-§8).
 
-Every rule of SPEC §8 is checked on the host before any kernel runs, even for an empty
+Every rule of CONTRACT §8 is checked on the host before any kernel runs, even for an empty
 plan, so that no launch reads or writes outside its buffers.
 """
 
@@ -176,7 +176,7 @@ class CheckedVerify:
 def check_verify_launch(
     context: VerifyOrWriteContext, plan: VerifyPlan, check_verify_expected_token: bool = False
 ) -> CheckedVerify:
-    """Every SPEC §8 rule of a verify launch, in order; raises the first that is broken."""
+    """Every CONTRACT §8 rule of a verify launch, in order; raises the first that is broken."""
     device, num_slots, mode, sources = _check_context(context)
     _check_flag("check_verify_expected_token", check_verify_expected_token)
     if not isinstance(plan, VerifyPlan):
@@ -253,7 +253,7 @@ def check_write_launch(
     expected_input_tokens: torch.Tensor | None,
     expected_input_positions: torch.Tensor | None,
 ) -> CheckedWrite:
-    """Every SPEC §6/§8 rule of a write launch, in order; raises the first that is broken."""
+    """Every CONTRACT §6/§8 rule of a write launch, in order; raises the first that is broken."""
     if isinstance(context, VerifyOrWriteContext):
         check_source_count(_context_sources(context))
     _check_flag("enable_write_input_assert", enable_write_input_assert)

@@ -1,4 +1,4 @@
-"""The canary's launch context and plans (SPEC §5)."""
+"""The canary's launch context and plans (CONTRACT §5)."""
 
 from __future__ import annotations
 

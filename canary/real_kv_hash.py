@@ -1,4 +1,4 @@
-"""fingerprint: the real-KV hash of slots (SPEC §4), and the launch checks it shares."""
+"""fingerprint: the real-KV hash of slots (CONTRACT §4), and the launch checks it shares."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ FINGERPRINT_BLOCK = 128  # slots per program
 # Warps per program of the kernels that fold sources: the fold reads [BLOCK, 2]-word tiles,
 # and with 2 warps each thread holds at least two words of a slot on NVIDIA (32 lanes) and
 # on AMD (64 lanes), which is what lets the compiler issue 16-byte loads (see
-# tests/test_codegen.py).
+# tests/canary/test_codegen.py).
 FOLD_NUM_WARPS = 2
 
 
@@ -133,7 +133,7 @@ def launch_fingerprint(
 def check_fingerprint_args(
     sources: Sequence[RealKvSource], slot_indices: torch.Tensor, mode: RealKvHashMode | int
 ) -> tuple[tuple[RealKvSource, ...], torch.Tensor, RealKvHashMode]:
-    """SPEC §4's launch checks, in order, and the arguments in the form a launch uses:
+    """CONTRACT §4's launch checks, in order, and the arguments in the form a launch uses:
     the sources as a tuple, the slots as a contiguous int64 tensor, the mode as the enum.
 
     Arguments of the wrong kind are refused with a kv-canary error naming the argument: the
@@ -145,7 +145,7 @@ def check_fingerprint_args(
             f"got {type(sources).__name__}"
         )
     sources = tuple(sources)
-    check_source_count(sources)  # SPEC §4: the first launch check, whatever else is wrong
+    check_source_count(sources)  # CONTRACT §4: the first launch check, whatever else is wrong
     mode = as_mode(mode)
     if not isinstance(slot_indices, torch.Tensor):
         raise TypeError(

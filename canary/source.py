@@ -1,4 +1,4 @@
-"""RealKvSource: where the real KV bytes of a slot live, validated at construction (SPEC §3)."""
+"""RealKvSource: where the real KV bytes of a slot live, validated at construction (CONTRACT §3)."""
 
 from __future__ import annotations
 

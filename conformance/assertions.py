@@ -11,7 +11,7 @@ import reference
 
 
 def hexu(value: int) -> str:
-    """An int64 hash as its unsigned 64-bit hex, the way SPEC.md writes hashes (and the golden
+    """An int64 hash as its unsigned 64-bit hex, the way docs/CONTRACT.md writes hashes (and the golden
     files store every int64)."""
     return f"0x{int(value) & 0xFFFFFFFFFFFFFFFF:016x}"
 

@@ -4,7 +4,7 @@
 - ``ci``: derandomized, no deadline, no database, ``print_blob`` (chosen when ``CI`` is set);
 - ``nightly``: thousands of examples, random;
 - ``mutation``: ``ci`` without shrinking, for the known-bad gate and the cosmic-ray runs
-  (``mutation/``), which need to know whether and how a run fails, not its smallest example.
+  (``strength/mutation/``), which need to know whether and how a run fails, not its smallest example.
 
 On the CPU (the Triton interpreter runs one program after another in numpy) every
 profile runs half of its examples and is loaded as ``<name>-cpu``; a test asks for a share
@@ -48,7 +48,7 @@ settings.register_profile(
     "nightly", max_examples=2000, deadline=None, phases=tuple(Phase), **_COMMON
 )
 # ``ci`` without shrinking: the same examples (derandomized, same counts), but a failure is
-# reported as first found. The known-bad gate and the cosmic-ray runs (``mutation/``) only
+# reported as first found. The known-bad gate and the cosmic-ray runs (``strength/mutation/``) only
 # need to know whether, and how, a run fails.
 settings.register_profile(
     "mutation",

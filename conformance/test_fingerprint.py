@@ -1,4 +1,4 @@
-"""fingerprint (SPEC §4) against the reference, and the properties of its read window."""
+"""fingerprint (CONTRACT §4) against the reference, and the properties of its read window."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from conformance.support import (
 
 
 def assert_error_type(caught, expected: type) -> None:
-    """The error ``pytest.raises(Exception)`` caught is exactly SPEC's ``expected`` type: any
+    """The error ``pytest.raises(Exception)`` caught is exactly the contract's ``expected`` type: any
     other one fails the property (with an assertion, not by escaping as a crash)."""
     __tracebackhide__ = True
     got = caught.value
@@ -38,7 +38,7 @@ def assert_error_type(caught, expected: type) -> None:
 
 
 def refuses_nothing(call, what: str):
-    """``call()``, where SPEC says no launch check applies: raising fails the property."""
+    """``call()``, where the contract says no launch check applies: raising fails the property."""
     __tracebackhide__ = True
     try:
         return call()
@@ -133,7 +133,7 @@ BF16_HOLE_GAP_OFFSET = st_kv.layout(
 )
 
 
-# Pinned cases, each aimed at a bug of SPEC §9 that random draws find only now and then.
+# Pinned cases, each aimed at a bug of CONTRACT §9 that random draws find only now and then.
 PAGE_MAPPING = st_kv.FingerprintCase(  # row = s // page_size, not s % page_size
     layouts=(_layout(),), slots=(0, 1, 2, 3, 4, 5, 8, 7), mode=2
 )
@@ -429,7 +429,7 @@ def _far_source(impl, device, *, gap: int):
     )
 
 
-# N-D sources, whatever rank the implementation declares: SPEC §3 reads a row as its bytes.
+# N-D sources, whatever rank the implementation declares: CONTRACT §3 reads a row as its bytes.
 ND_ROWS = {
     "bf16 [3, 2, 48], hole, gap, offset": BF16_HOLE_GAP_OFFSET,
     "fp16 [2, 2, 2, 32]": st_kv.layout(
@@ -477,7 +477,7 @@ def test_addresses_past_2_to_the_31_and_32(impl, device, gap):
 
 
 def test_launch_checks_source_cap(impl, device):
-    """More than 4 sources raise SPEC §4's ValueError in every mode, even with no slots."""
+    """More than 4 sources raise CONTRACT §4's ValueError in every mode, even with no slots."""
     source = st_kv.materialize(st_kv.layout(rows=1), device).build(impl)
     for count in (5, 6):
         for mode in (0, 1, 2):

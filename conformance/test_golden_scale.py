@@ -7,7 +7,7 @@ the hash of every slot of a fingerprint call, or a write/verify scenario's final
 its records as their sha256. On a mismatch the reference's full state is computed again, so
 the failure names every differing slot and field, not only the digest. This module is slow
 under Triton's CPU interpreter (a 4096-token write is one serial chain), so the gate does not
-run it whole on every mutant (it is not one of ``conformance.gate.QUICK_MODULES``).
+run it whole on every mutant (it is not one of ``strength.gate.QUICK_MODULES``).
 """
 
 from __future__ import annotations

@@ -312,7 +312,7 @@ STATE = (
     per_launch_kind(CASES),
 )
 def test_bad_launch_raises_before_any_work(impl, device, kind, breaker, error, message, words):
-    """A launch with one bad argument raises SPEC's error type (and exact message where SPEC gives one) and changes no state."""
+    """A launch with one bad argument raises the contract's error type (and exact message where the contract gives one) and changes no state."""
     made, launch = (write_launch if kind == "write" else verify_launch)(impl, device)
     launch.run(impl)  # the unbroken launch is valid
     breaker(launch, device)

@@ -111,7 +111,7 @@ CASES = [
         ValueError,
         f"{P}.tensor data pointer must be 16-byte aligned, got data_ptr % 16 == 4",
     ),
-    # several rules broken at once: the first in SPEC order wins
+    # several rules broken at once: the first in the contract's order wins
     ("page_size=0 and read_bytes=8", two_rows, {"page_size": 0, "read_bytes": 8}, ValueError, f"{P}.page_size must be >= 1, got 0"),
     ("1-D tensor and page_size=0.5", lambda d: aligned(d, 128), {"page_size": 0.5}, TypeError, f"{P}.page_size must be an int, got float"),
     (
@@ -166,7 +166,7 @@ CASES = [
     ("make", "overrides", "error", "message"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
 )
 def test_spec_examples(impl, device, make, overrides, error, message):
-    """Hand-written SPEC §3 cases raise exactly its exception type and message, first rule first."""
+    """Hand-written CONTRACT §3 cases raise exactly its exception type and message, first rule first."""
     with pytest.raises(Exception) as caught:
         impl.RealKvSource(tensor=make(device), **{**GOOD, **overrides})
     assert type(caught.value) is error
@@ -285,5 +285,5 @@ def test_each_rule_raises_its_error(impl, device, rule, data):
 @examples(1.0)
 @given(case=st_kv.multi_invalid_source_cases())
 def test_first_broken_rule_wins(impl, device, case):
-    """A config breaking several rules raises the error of the first of them in SPEC order."""
+    """A config breaking several rules raises the error of the first of them in the contract's order."""
     check_case(impl, case, device)

@@ -1,4 +1,4 @@
-"""The fingerprint vectors pinned in SPEC §2, through the implementation under test."""
+"""The fingerprint vectors pinned in CONTRACT §2, through the implementation under test."""
 
 import pytest
 import torch
@@ -44,7 +44,7 @@ def aligned_row(data: bytes, device) -> torch.Tensor:
     ("sources", "mode", "expected"), [v[1:] for v in VECTORS], ids=[v[0] for v in VECTORS]
 )
 def test_spec_fingerprint_vectors(impl, device, sources, mode, expected):
-    """fingerprint reproduces every fingerprint vector pinned in SPEC §2."""
+    """fingerprint reproduces every fingerprint vector pinned in CONTRACT §2."""
     built = [
         impl.RealKvSource(
             tensor=aligned_row(data, device),
@@ -61,7 +61,7 @@ def test_spec_fingerprint_vectors(impl, device, sources, mode, expected):
 
 @pytest.mark.parametrize("name", ["RealKvHashMode", "CanaryLaunchTag"])
 def test_enums_are_the_contracts(impl, name):
-    """The protocol's enums have exactly SPEC §1's members, by name and value."""
+    """The protocol's enums have exactly CONTRACT §1's members, by name and value."""
     # __members__, not iteration: iteration skips a member whose value repeats another's
     got = {key: int(member) for key, member in getattr(impl, name).__members__.items()}
     want = {key: int(member) for key, member in getattr(reference, name).__members__.items()}

@@ -48,7 +48,7 @@ def world_kwargs() -> dict:
 
 # ---------------------------------------------------------------------------------------------
 # What each property draws, as plain descriptions (no tensor, no launch): a meta-test
-# (tests/test_draw_strength.py) collects them and checks that they can fail. The draws
+# (tests/strategies/test_draw_strength.py) collects them and checks that they can fail. The draws
 # themselves hold what a property needs (entries written, sources read, entries checked), so
 # no example is thrown away after its launches ran.
 

@@ -1,6 +1,6 @@
 """Write/verify glue of the suite (CONTRACT §5-§7): a launch's arguments for the implementation
 and for the reference, launches run on both, snapshots of what a launch may change, two states
-compared field by field, the reports SPEC §7 requires after a corruption, the golden
+compared field by field, the reports CONTRACT §7 requires after a corruption, the golden
 write/verify runners, and what was done told as a snippet that repeats it.
 
 The fingerprint side and what both share live in :mod:`conformance.support`; how differences
@@ -143,7 +143,7 @@ def reference_verify_launch(batch: st_kv.VerifyBatch) -> dict:
 
 def launch_rows(ring: np.ndarray, since: int, until: int) -> np.ndarray:
     """The ring rows stored while the write index went from ``since`` to ``until``, sorted:
-    their order inside a launch is unspecified (SPEC §5), so only their multiset counts."""
+    their order inside a launch is unspecified (CONTRACT §5), so only their multiset counts."""
     stored = ring[min(since, len(ring)) : min(until, len(ring))]
     return stored[np.lexsort(stored.T[::-1])] if len(stored) else stored
 
@@ -286,7 +286,7 @@ def bit_names(reports: dict[int, int]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# The second oracle: the reports a corruption must cause, from SPEC §7 alone.
+# The second oracle: the reports a corruption must cause, from CONTRACT §7 alone.
 
 
 def expected_reports(
@@ -298,7 +298,7 @@ def expected_reports(
     stored=None,
 ) -> dict[int, int]:
     """The ``{slot: FailReason bits}`` that verifying :func:`strategies.plan_for_chains` (token
-    check ``check_token``) must report after ``corruption``, worked out from SPEC §7 alone.
+    check ``check_token``) must report after ``corruption``, worked out from CONTRACT §7 alone.
 
     The chains must avoid slot 0 (verify skips it, and prev slot 0 means "unchecked").
     ``page_size`` is that of the swapped source for a page swap; ``stored(slot)`` gives a

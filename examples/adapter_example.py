@@ -9,7 +9,7 @@ report says so). An engine whose canary already uses these names passes its own 
     pytest conformance --canary-impl sglang.kernels.ops.kv_canary
 
 Otherwise, write a module like this one that translates. Here the "engine" is
-``canary.torch_backend``, reached through an engine-style facade with other spellings
+``canary_torch``, reached through an engine-style facade with other spellings
 (``hash_slots`` returning unsigned hashes, plans built by functions), so this file runs:
 
     pytest conformance --canary-impl examples.adapter_example
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from canary import torch_backend as _engine
+import canary_torch as _engine
 
 # Types the engine shares with the contract are passed through unchanged.
 RealKvSource = _engine.RealKvSource

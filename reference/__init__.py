@@ -1,4 +1,4 @@
-"""A pure-numpy oracle of the KV canary, mirroring SPEC.md section by section.
+"""A pure-numpy oracle of the KV canary, mirroring docs/CONTRACT.md section by section.
 
 It never imports torch, so it can judge any implementation without sharing its stack:
 ``constants`` (§1), ``hashing`` (§2), ``source`` (§3 layout and §4 fingerprint),

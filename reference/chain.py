@@ -1,4 +1,4 @@
-"""The canary buffer, the violation ring, and the write and verify launches (SPEC §5-§7).
+"""The canary buffer, the violation ring, and the write and verify launches (CONTRACT §5-§7).
 
 State lives in numpy arrays that are mutated in place, exactly as the kernels mutate their
 tensors. The chain is sequential per request, so requests and entries are walked in Python;
@@ -133,8 +133,8 @@ def write(
     expected_input_tokens,
     expected_input_positions,
 ) -> None:
-    """Stamp the canary fields of every written slot and chain them (SPEC §6)."""
-    _check_source_count(state.real_kv_sources)  # SPEC §8: the first check of a launch
+    """Stamp the canary fields of every written slot and chain them (CONTRACT §6)."""
+    _check_source_count(state.real_kv_sources)  # CONTRACT §8: the first check of a launch
     if enable_write_input_assert:
         if expected_input_tokens is None or expected_input_positions is None:
             raise ValueError(
@@ -273,7 +273,7 @@ def write(
 
 
 def verify(state: CanaryState, plan: VerifyPlan, *, check_verify_expected_token: bool) -> None:
-    """Check the stored fields of every planned slot; report mismatches (SPEC §7)."""
+    """Check the stored fields of every planned slot; report mismatches (CONTRACT §7)."""
     _check_source_count(state.real_kv_sources)
     num_slots = _check_canary_buf(state.canary_buf)
 

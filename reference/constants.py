@@ -1,11 +1,11 @@
-"""Constants and enums of the KV canary (SPEC §1)."""
+"""Constants and enums of the KV canary (CONTRACT §1)."""
 
 from __future__ import annotations
 
 from enum import IntEnum, IntFlag
 from typing import Final
 
-# The anchor is quoted in SPEC as an unsigned 64-bit pattern; it is above 2**63, so as a
+# The anchor is quoted in the contract as an unsigned 64-bit pattern; it is above 2**63, so as a
 # stored int64 it reads as negative. Hashing takes every input modulo 2**64, so both
 # readings give the same chain.
 CANARY_CHAIN_ANCHOR: Final[int] = 0xC0FFEE1234567890

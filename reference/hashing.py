@@ -1,4 +1,4 @@
-"""Hash primitives (SPEC §2): the splitmix64 finalizer and its three-input mix.
+"""Hash primitives (CONTRACT §2): the splitmix64 finalizer and its three-input mix.
 
 Every function has two paths that give the same bits: plain Python ints (any sign, taken
 modulo 2**64, result in [0, 2**64)) and numpy integer arrays (result uint64). The array path

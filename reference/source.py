@@ -1,4 +1,4 @@
-"""Where a slot's real KV bytes are (SPEC §3) and their fingerprint (SPEC §4)."""
+"""Where a slot's real KV bytes are (CONTRACT §3) and their fingerprint (CONTRACT §4)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ class Source:
     part of the view and the fingerprint follows the live memory. Slot ``s`` lives in row
     ``s // page_size`` at byte ``(s % page_size) * num_bytes_per_token``.
 
-    The SPEC §3 torch-level rules (and their messages) live in ``validate_source``; the checks
+    The CONTRACT §3 torch-level rules (and their messages) live in ``validate_source``; the checks
     here only keep the oracle from producing a meaningless hash.
     """
 
@@ -70,7 +70,7 @@ def fingerprint(
     slot_indices,
     mode: RealKvHashMode | int = RealKvHashMode.ALL,
 ) -> np.ndarray:
-    """The real-KV hash of each slot, as int64 (SPEC §4).
+    """The real-KV hash of each slot, as int64 (CONTRACT §4).
 
     Per source, the slot's read window is folded as little-endian u64 words
     (``acc = splitmix64(acc ^ word)`` from ``acc = 0``); the per-source folds are combined in

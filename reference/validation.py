@@ -1,4 +1,4 @@
-"""The RealKvSource construction rules of SPEC §3, on a torch-free description of a source."""
+"""The RealKvSource construction rules of CONTRACT §3, on a torch-free description of a source."""
 
 from __future__ import annotations
 
@@ -32,12 +32,12 @@ class SourceDescription:
 
 
 def validate_source(desc: SourceDescription) -> tuple[type[Exception], str] | None:
-    """The exception type and exact message of the first broken SPEC §3 rule, or None."""
+    """The exception type and exact message of the first broken CONTRACT §3 rule, or None."""
     # Rule 1.
     if not desc.is_tensor:
         return TypeError, f"{_PREFIX}.tensor must be a torch.Tensor, got {desc.type_name}"
 
-    # Rule 2, fields in the order SPEC lists them.
+    # Rule 2, fields in the order the contract lists them.
     for field in ("page_size", "num_bytes_per_token", "read_bytes"):
         value = getattr(desc, field)
         if not _is_integer(value):

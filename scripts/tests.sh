@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's own tests: lint; every kernel variant compiled for sm_90 and gfx942; the
-# known-bad gate (the conformance suite must pass on canary and canary.torch_backend and fail
+# known-bad gate (the conformance suite must pass on canary and canary_torch and fail
 # on every known-bad module); the SGLang leg; then the self-tests of canary, reference,
 # strategies, the suite and the benchmarks' helpers. Extra arguments go to pytest.
 source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
@@ -9,8 +9,8 @@ cd "$root"
 "$venv/bin/ruff" format --check .
 # every kernel variant compiled for an NVIDIA and an AMD target, no GPU needed (tox -m compile
 # covers the whole matrix): the interpreter runs code that the compiler rejects
-"$py" -W ignore::UserWarning -m canary.compile_check --target cuda:90 --target hip:gfx942
-"$py" -m conformance.gate --jobs 2
+"$py" -W ignore::UserWarning -m tools.compile_check --target cuda:90 --target hip:gfx942
+"$py" -m strength.gate --jobs 2
 # the sglang leg: SGLang's own kv_canary, which must fail exactly as its expectations file says
 run_pytest conformance --canary-impl conformance.adapters.sglang --canary-device cpu \
     --canary-expect conformance/expectations/sglang-0.5.23.txt --hypothesis-profile ci

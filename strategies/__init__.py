@@ -8,16 +8,16 @@ one direction only: ``layouts`` <- ``chains`` <- ``materialize``, and ``invalid`
 ``materialize`` only where it draws (``tests/test_imports.py`` checks both). This package
 re-exports all of them, so ``import strategies`` itself loads torch.
 
-- :func:`source_layouts`, :func:`source_tuples`: valid RealKvSource layouts (SPEC §3).
-- :func:`slot_indices`, :func:`modes`: what ``fingerprint`` is asked about (SPEC §4).
+- :func:`source_layouts`, :func:`source_tuples`: valid RealKvSource layouts (CONTRACT §3).
+- :func:`slot_indices`, :func:`modes`: what ``fingerprint`` is asked about (CONTRACT §4).
 - :func:`layout`: one fixed layout from a few fields, the rest at plain defaults.
 - :func:`materialize`, :func:`materialize_shared`: layouts made real, with the byte offsets
   a canary reads (:func:`window_byte_offsets`) and must never read
   (:func:`outside_byte_offsets`).
 - :func:`invalid_source_cases`, :func:`multi_invalid_source_cases`: arguments that break
-  SPEC §3 rules, with the exact error expected.
+  CONTRACT §3 rules, with the exact error expected.
 - :func:`canary_worlds`, :func:`write_batches`, :func:`verify_batches`, :func:`corruptions`:
-  write/verify launches (SPEC §5-§7) as plain data; :func:`materialize_world` and
+  write/verify launches (CONTRACT §5-§7) as plain data; :func:`materialize_world` and
   :func:`apply_corruption` make them real (a launch's arguments, and the reports a corruption
   must cause, are the suite's: ``conformance.write_verify_support``).
 - :func:`describe`: any ``tensor=`` object as a torch-free ``reference.SourceDescription``.

@@ -1,5 +1,5 @@
 """Write and verify launches as plain data: worlds, write batches, verify plans, ring states
-and corruptions (SPEC §5-§7).
+and corruptions (CONTRACT §5-§7).
 
 A :class:`CanaryWorld` is everything a launch sees besides its plan: the KV sources and
 mode, the canary buffer, the violation ring and the counters. A :class:`WriteBatch` is one
@@ -45,7 +45,7 @@ __all__ = [
     "write_batches",
 ]
 
-# FailReason bits (SPEC §1), as plain ints so that descriptions stay torch- and enum-free.
+# FailReason bits (CONTRACT §1), as plain ints so that descriptions stay torch- and enum-free.
 CHAIN, POSITION, REAL_KV, WRITE_TOKEN, WRITE_POSITION, TOKEN = 1, 2, 4, 8, 16, 32
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -355,7 +355,7 @@ def write_batches(
     follow the last request; positions are mostly consecutive, starting after the seed's,
     with jumps and values at the edge of int64.
 
-    ``min_written``: at least that many entries are written by a correct launch (SPEC §6:
+    ``min_written``: at least that many entries are written by a correct launch (CONTRACT §6:
     entries of a request below the clamped ``num_valid`` whose slot is not negative; an
     input-assert mismatch still writes), so ``chains_written(batch)`` holds at least that
     many slots. It is built in, not filtered: the requests that must carry the entries are
@@ -673,7 +673,7 @@ def verify_batches(
     position, padding entries (slot 0), ``num_valid`` from -2 to capacity + 2, ``enable``
     0, 1 or 2, and the token check on or off.
 
-    ``min_checked``: at least that many entries are checked by a correct launch (SPEC §7:
+    ``min_checked``: at least that many entries are checked by a correct launch (CONTRACT §7:
     the launch is enabled, and the entry is below the clamped ``num_valid`` and names a slot
     other than 0), built in, not filtered: ``enable`` is then never 0 and ``num_valid``
     reaches that many entries of the chains. The chains must hold that many slots other than

@@ -1,4 +1,4 @@
-"""Invalid RealKvSource arguments, each with the exact error SPEC §3 says it must raise.
+"""Invalid RealKvSource arguments, each with the exact error CONTRACT §3 says it must raise.
 
 A case is built from a valid configuration by applying "breaks", each aimed at one rule
 (the ``nbpt_small`` break — ``num_bytes_per_token`` of 0, 8 or below — necessarily breaks
@@ -114,7 +114,7 @@ class ObjectSpec:
 
 @dataclass(frozen=True)
 class InvalidSourceCase:
-    """``RealKvSource(tensor=..., page_size=..., ...)`` arguments that break SPEC §3.
+    """``RealKvSource(tensor=..., page_size=..., ...)`` arguments that break CONTRACT §3.
 
     ``rule`` is the first broken rule (the one that must raise), ``broken_rules`` every
     rule broken, ``recipe`` a call-like id naming the arguments that break them, and
@@ -421,7 +421,7 @@ def _invalid_case(draw, break_sets_by_rule):
 
 
 def invalid_source_cases(*, rule: int | None = None) -> st.SearchStrategy[InvalidSourceCase]:
-    """RealKvSource arguments that break exactly one SPEC §3 rule (``rule``, or any of 1..10).
+    """RealKvSource arguments that break exactly one CONTRACT §3 rule (``rule``, or any of 1..10).
 
     Realistic objects per rule: 1 an ndarray / list / None / a ``(k, v)`` tuple; 2 a float,
     bool, None, str, ``np.float64`` or ``np.bool_`` in one or more of the three fields
@@ -453,7 +453,7 @@ def invalid_source_cases(*, rule: int | None = None) -> st.SearchStrategy[Invali
 
 
 def multi_invalid_source_cases(*, rule: int | None = None) -> st.SearchStrategy[InvalidSourceCase]:
-    """RealKvSource arguments that break two or more SPEC §3 rules; the first one must win.
+    """RealKvSource arguments that break two or more CONTRACT §3 rules; the first one must win.
 
     Each winning rule (1..9; rule 10 is last, so it never wins over another) is drawn
     equally often; ``rule`` keeps only cases where that rule wins.

@@ -1,4 +1,4 @@
-"""Valid RealKvSource layouts as plain data, slot sets and modes (SPEC §3, §4).
+"""Valid RealKvSource layouts as plain data, slot sets and modes (CONTRACT §3, §4).
 
 Nothing here touches torch, nor imports it: a :class:`SourceLayout` is a description, and
 :mod:`strategies.materialize` is the one place that turns it into tensors and numpy rows.
@@ -93,7 +93,7 @@ def default_dtypes() -> tuple[str, ...]:
 #: Byte fills a layout may ask for; see :class:`SourceLayout`.
 FILLS: tuple[str, ...] = ("dense", "first", "middle", "last")
 
-#: Bytes of a slot read in PARTIAL mode (SPEC §3).
+#: Bytes of a slot read in PARTIAL mode (CONTRACT §3).
 PARTIAL_READ_BYTES = 16
 
 # Bounds of the arguments, not defaults: the defaults keep one source well under 64 KiB (the
@@ -384,7 +384,7 @@ def source_layouts(
     min_page_size: int = 1,
     max_capacity: int | None = None,
 ) -> st.SearchStrategy[SourceLayout]:
-    """Valid RealKvSource layouts: every SPEC §3 rule holds for the view they describe.
+    """Valid RealKvSource layouts: every CONTRACT §3 rule holds for the view they describe.
 
     ``dtypes`` defaults to every dtype in :data:`ELEMENT_SIZES` that the installed torch
     has (:func:`default_dtypes`). ``holes`` lets a row be longer than ``page_size * num_bytes_per_token``;
@@ -439,7 +439,7 @@ def source_tuples(
     """Tuples of valid layouts, as passed to ``fingerprint`` or a context's ``real_kv_sources``.
 
     Every layout has ``capacity >= min_capacity`` so a slot below it is valid in all of them.
-    ``max_sources`` may go up to 6 so that the 4-source cap of SPEC §4 can be exercised;
+    ``max_sources`` may go up to 6 so that the 4-source cap of CONTRACT §4 can be exercised;
     ``layout_kwargs`` go to :func:`source_layouts`.
 
     Example draw (two sources, each with at least one slot)::

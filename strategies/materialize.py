@@ -288,7 +288,7 @@ def describe(obj, page_size, num_bytes_per_token, read_bytes) -> reference.Sourc
 class MaterializedWorld:
     """A :class:`strategies.chains.CanaryWorld` made real on a device.
 
-    Tensors follow SPEC §5: ``canary_buf`` uint8 ``[num_slots, slot_stride_bytes]``,
+    Tensors follow CONTRACT §5: ``canary_buf`` uint8 ``[num_slots, slot_stride_bytes]``,
     ``violation_ring`` int64 ``[ring_capacity, 8]``, ``violation_write_index`` int32 ``[1]``,
     the two run counters int64 ``[1]``, ``enable_chain_position_assert`` int32 ``[1]``. Their
     first contents are random and non-zero (the write index is the world's ``ring_start``).

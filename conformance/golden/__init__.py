@@ -20,7 +20,7 @@ implementation under test reproduce every stored result exactly. Any change to a
 is therefore a deliberate format change.
 
 - ``fingerprint.json``: sources (a layout, or a layout whose backing bytes are given
-  explicitly as ``backing_hex``, as for the SPEC §2 vectors), whether they share one
+  explicitly as ``backing_hex``, as for the CONTRACT §2 vectors), whether they share one
   per-layer pool, slots, mode, and the hash of every slot as u64 hex.
 - ``write_verify.json``: a world, a list of steps (``write``, ``corrupt``, ``verify``, and
   ``preset``: records the reference writes, given to the world without a launch), and the

@@ -54,16 +54,16 @@ def fingerprint_scenarios() -> list[dict]:
         for mode in (1, 2):
             one(f"{vid}-{mode_name(mode).lower()}", what, sources, mode, **kwargs)
 
-    # SPEC §2, byte for byte: these need no random fill, so they never move.
+    # CONTRACT §2, byte for byte: these need no random fill, so they never move.
     powers = [_explicit(bytes.fromhex("01020408102040808182848890a0c0ff"))]
     words = [_explicit(bytes(range(32)))]
     low, high = _explicit(bytes(range(16))), _explicit(bytes(range(16, 32)))
-    both("fp-spec-16-bytes", "SPEC §2: 01 02 04 .. C0 FF: 6041580849E6407D", powers, slots=[0])
-    one("fp-spec-32-bytes-all", "SPEC §2: 00..1F: B44181DFE9420039", words, 2, slots=[0])
-    one("fp-spec-32-bytes-partial", "SPEC §2: 00..1F: D6D75024DFD6C30C", words, 1, slots=[0])
-    what = "SPEC §2: 00..0F then 10..1F: B6209A488C3F52B0"
+    both("fp-spec-16-bytes", "CONTRACT §2: 01 02 04 .. C0 FF: 6041580849E6407D", powers, slots=[0])
+    one("fp-spec-32-bytes-all", "CONTRACT §2: 00..1F: B44181DFE9420039", words, 2, slots=[0])
+    one("fp-spec-32-bytes-partial", "CONTRACT §2: 00..1F: D6D75024DFD6C30C", words, 1, slots=[0])
+    what = "CONTRACT §2: 00..0F then 10..1F: B6209A488C3F52B0"
     one("fp-spec-two-sources-all", what, [low, high], 2, slots=[0])
-    what = "the SPEC §2 sources swapped: order matters"
+    what = "the CONTRACT §2 sources swapped: order matters"
     one("fp-spec-two-sources-reversed-all", what, [high, low], 2, slots=[0])
 
     # Every dtype over one geometry: page 2, a 16-byte hole, a row gap, a storage offset.

@@ -3,7 +3,7 @@
 Each is a dict with a stable ``id``, a one-line ``what``, a :class:`~strategies.CanaryWorld`
 and its steps (``write``: a :class:`~strategies.WriteBatch`, ``corrupt``: a
 :class:`~strategies.Corruption`, ``verify``: a :class:`~strategies.VerifyBatch`), each launch
-defined by SPEC §6; :mod:`conformance.golden` adds the reference's final state and stores it.
+defined by CONTRACT §6; :mod:`conformance.golden` adds the reference's final state and stores it.
 
 One more op serves large worlds (``scale.json``, :mod:`conformance.golden.scale_scenarios`):
 ``preset``, a :class:`~strategies.WriteBatch` that the *reference* writes into a scratch copy
@@ -126,7 +126,7 @@ def _window_byte(layout: SourceLayout, slot: int, byte: int) -> int:
 
 
 def check_steps(world: CanaryWorld, steps) -> None:
-    """Keep hand-written launches defined (SPEC §6): no slot written twice, none a seed (a
+    """Keep hand-written launches defined (CONTRACT §6): no slot written twice, none a seed (a
     ``preset`` write too: the reference runs it)."""
     for op, step in steps:
         if op not in ("write", "preset"):

@@ -1,0 +1,1 @@
+"""Tests of canary, the Triton implementation: binding, constants, hashing, launch checks, layouts, compiled code, GPU runs."""

@@ -1,0 +1,1 @@
+"""Tests of canary_torch, the second implementation, and of its independence from canary."""

@@ -1,0 +1,1 @@
+"""Tests of the conformance suite itself: plugin, reports, expectations, golden vectors, bounds, coverage."""

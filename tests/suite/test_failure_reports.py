@@ -1,0 +1,348 @@
+"""How the suite behaves when something is wrong: the implementation named as a path, the
+device normalised, failures announced at once and rendered field by field, the shrink budget,
+and reproduction snippets that fail the way the test failed when pasted."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import Phase, find, settings
+from hypothesis.internal.conjecture import engine
+
+import strategies as st_kv
+from conformance import plugin, profiles, support
+from conformance.assertions import (
+    fail_bits_name,
+    launch_tag_name,
+    record_differences,
+    ring_row_differences,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+NAMES = "from canary import RealKvSource, RealKvHashMode, CanaryLaunchTag, fingerprint\n"
+
+
+def run_python(code: str) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter at the repository root (as a pasted snippet runs)."""
+    return subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", textwrap.dedent(code)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def run_suite(*args: str, quiet: bool = True) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args]
+    if quiet:
+        command.append("-q")
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+# --- --canary-impl: a dotted name, a .py file, a package directory ------------------------
+
+
+def test_import_target_forms(tmp_path):
+    """A dotted name is imported as is; a .py file or a package directory from its folder."""
+    (tmp_path / "mykv.py").write_text(NAMES)
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text(NAMES)
+    (tmp_path / "not_a_package").mkdir()
+    assert plugin.import_target("my_engine.kv_canary") == ("my_engine.kv_canary", None)
+    assert plugin.import_target(str(tmp_path / "mykv.py")) == ("mykv", str(tmp_path))
+    assert plugin.import_target(str(tmp_path / "mypkg")) == ("mypkg", str(tmp_path))
+    with pytest.raises(pytest.UsageError, match="no such .py file or package directory"):
+        plugin.import_target(str(tmp_path / "missing.py"))
+    with pytest.raises(pytest.UsageError, match="must be a package"):
+        plugin.import_target(str(tmp_path / "not_a_package"))
+
+
+def test_a_path_whose_name_is_taken_is_refused(tmp_path, monkeypatch):
+    """A file called canary.py cannot be imported as canary once the project's canary is (that
+    name is taken): a usage error."""
+    importlib.import_module("canary")  # whatever ran before: the name is taken from here on
+    (tmp_path / "canary.py").write_text(NAMES)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # _load puts the folder on sys.path
+    with pytest.raises(pytest.UsageError, match="already taken"):
+        plugin._load(str(tmp_path / "canary.py"))
+
+
+@pytest.mark.parametrize("form", ["file", "package"])
+def test_canary_impl_accepts_a_path(tmp_path, form):
+    """--canary-impl path/to/mykv.py and path/to/mykv run the suite on that module."""
+    if form == "file":
+        target = tmp_path / "mykv_file.py"
+        target.write_text(NAMES)
+    else:
+        target = tmp_path / "mykv_pkg"
+        target.mkdir()
+        (target / "__init__.py").write_text(NAMES)
+    done = run_suite("conformance/test_spec_vectors.py", "--canary-impl", str(target), quiet=False)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert f"canary implementation: {target.stem}, no __version__" in out
+    assert "7 passed" in out  # the 5 CONTRACT §2 vectors and the 2 CONTRACT §1 enums
+
+
+def test_an_unimportable_name_says_how_to_give_a_path():
+    """A dotted name that cannot be imported is a usage error that mentions paths and PYTHONPATH."""
+    done = run_suite("conformance/test_spec_vectors.py", "--canary-impl", "no_such_kv_module")
+    out = done.stdout + done.stderr
+    assert done.returncode == 4, out  # pytest's usage error
+    assert "cannot import 'no_such_kv_module'" in out and "PYTHONPATH" in out
+
+
+# --- the device --------------------------------------------------------------------------
+
+
+def test_cuda_without_an_index_is_the_current_device(monkeypatch):
+    """'cuda' becomes cuda:<current index>, in the helper and in the plugin's choice of device."""
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert support.normalize_device("cuda") == torch.device("cuda", 3)
+    assert support.normalize_device(torch.device("cuda")) == torch.device("cuda", 3)
+    assert support.normalize_device("cuda:1") == torch.device("cuda", 1)
+    assert support.normalize_device("cpu") == torch.device("cpu")
+    assert support.same_device("cuda", "cuda:3")
+    assert not support.same_device("cuda", "cuda:0")
+    assert not support.same_device("cpu", "cuda:3")
+
+    class Config:
+        def getoption(self, name, default=None):
+            return "cuda" if name == "--canary-device" else default
+
+    assert plugin._device(Config()) == torch.device("cuda", 3)
+
+
+# --- the header --------------------------------------------------------------------------
+
+
+def test_a_module_without_version_says_so():
+    """No module is shown as 'unknown': the header says 'no __version__', and names the package's."""
+    import canary
+
+    assert plugin._version(canary) == canary.__version__
+    assert plugin._version(types.ModuleType("canary.without_version")) == (
+        f"no __version__ (package canary {canary.__version__})"
+    )
+    assert plugin._version(types.ModuleType("lonely_kv")) == "no __version__"
+
+
+# --- Hypothesis profiles -----------------------------------------------------------------
+
+
+@pytest.fixture
+def restore_profile():
+    previous = settings._current_profile
+    previous_budget = engine.MAX_SHRINKING_SECONDS
+    yield
+    settings.load_profile(previous)
+    engine.MAX_SHRINKING_SECONDS = previous_budget
+
+
+def test_shrinking_is_bounded_in_every_profile(restore_profile):
+    """Every profile bounds shrinking per property (nightly longest, the CPU half), none explains."""
+    budgets = {}
+    for name in ("dev", "ci", "nightly"):
+        for on_cpu in (False, True):
+            loaded = profiles.select(name, on_cpu=on_cpu)
+            budgets[loaded] = engine.MAX_SHRINKING_SECONDS
+            assert Phase.shrink in settings.default.phases
+            assert (Phase.explain in settings.default.phases) == (name == "nightly")
+    assert budgets == {
+        "dev": 20,
+        "dev-cpu": 10,
+        "ci": 20,
+        "ci-cpu": 10,
+        "nightly": 120,
+        "nightly-cpu": 60,
+    }
+
+
+def test_no_shrink_leaves_shrinking_out(restore_profile):
+    """--canary-no-shrink loads a profile without the shrink and explain phases."""
+    loaded = profiles.select("nightly", on_cpu=True, shrink=False)
+    assert loaded == "nightly-cpu-no-shrink"
+    assert Phase.shrink not in settings.default.phases
+    assert Phase.explain not in settings.default.phases
+    assert Phase.generate in settings.default.phases
+
+
+# --- rendering ---------------------------------------------------------------------------
+
+
+def test_ring_rows_differ_field_by_field():
+    """A differing ring row names the column that differs, not the whole row in hex."""
+    want = [[1, 10, 5, 7, -1, -2414019407054260458, -2414019407054260458, 4]]
+    got = [[1, 10, 5, 7, 0, -2414019407054260458, -2414019407054260458, 4]]
+    assert ring_row_differences(got, want) == [
+        "ring row 0 (slot 10): expected_token got 0, want -1"
+    ]
+    assert ring_row_differences(want, want) == []
+    missing = ring_row_differences([], want)
+    assert missing[0] == "ring row missing (the reference stores it):"
+    assert "kernel_kind=HEAD_V_FULL" in missing[1] and "fail_reason_bits=REAL_KV" in "".join(
+        missing
+    )
+    assert all(len(line) < 100 for line in missing)
+
+
+def test_records_differ_field_by_field():
+    """A differing record names each differing field, hashes in hex, in lines under 100 columns."""
+    want = np.zeros((4, 4), dtype=np.int64)
+    got = want.copy()
+    got[2] = [1, 2, -5, 77]
+    lines = record_differences(got, want)
+    text = "\n".join(lines)
+    assert lines[0].startswith("slot 2: token got 1, want 0, position got 2, want 0")
+    assert "prev_hash got 0xfffffffffffffffb, want 0x0000000000000000" in text
+    assert "real_kv_hash got 0x000000000000004d" in text
+    assert all(len(line) < 100 for line in lines)
+
+
+def test_enums_print_by_name():
+    """Launch tags, violation bits and modes print by name."""
+    assert launch_tag_name(1) == "HEAD_V_FULL"
+    assert launch_tag_name(99) == "99"
+    assert fail_bits_name(5) == "CHAIN|REAL_KV"
+    assert fail_bits_name(0) == "0"
+    assert support.mode_name(2) == "ALL"
+
+
+# --- a failure is announced while the run goes on ----------------------------------------
+
+
+def test_a_failure_is_announced_before_the_end():
+    """A failing property prints a one-paragraph summary at once, before pytest's failure section."""
+    done = run_suite(
+        "conformance/test_spec_vectors.py",
+        "--canary-impl",
+        "strength.known_bad.hash_big_endian_words",
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    announced = out.find("kv-canary: FAILED conformance/test_spec_vectors.py::")
+    assert 0 <= announced < out.find("= FAILURES ="), out
+    assert (
+        "rerun alone: " in out[announced:] and "--canary-impl strength.known_bad" in out[announced:]
+    )
+
+
+# --- snippets reproduce the verdict ------------------------------------------------------
+
+LAYOUT = st_kv.layout(rows=2, page_size=2, num_bytes_per_token=128, read_bytes=64, seed=11)
+
+
+def fingerprint_snippet(impl_name: str) -> str:
+    return support.fingerprint_repro(impl_name, "cpu", (LAYOUT,), [0, 1, 2, 3], 1)
+
+
+def write_verify_snippet(impl_name: str) -> str:
+    """The story of a write and a verify whose token check is off, told for ``impl_name``."""
+    import canary
+    from conformance.write_verify_support import run_verify, run_write, story
+
+    world = st_kv.CanaryWorld(
+        sources=(),
+        mode=0,
+        num_slots=8,
+        slot_stride_bytes=32,
+        ring_capacity=4,
+        ring_start=0,
+        kernel_kind=1,
+        chain_assert=0,
+        seed=1,
+    )
+    made = st_kv.materialize_world(world, "cpu")
+    write = st_kv.WriteBatch(
+        requests=(st_kv.WriteRequest(-1, (1, 2, 3), (11, 12, 13), (0, 1, 2)),),
+        num_valid=1,
+        padding=(),
+        input_assert=False,
+        expected_tokens=(),
+        expected_positions=(),
+    )
+    verify = st_kv.VerifyBatch(
+        slots=(1, 2, 3),
+        expected_tokens=(99, 99, 99),
+        expected_positions=(0, 1, 2),
+        prev_slots=(-1, 1, 2),
+        num_valid=3,
+        enable=1,
+        check_token=False,
+    )
+    run_write(canary, made, write, "cpu")  # canary tells the story; the snippet names impl_name
+    run_verify(canary, made, verify, "cpu")
+    return story(types.SimpleNamespace(__name__=impl_name), "cpu", made)
+
+
+def source_snippet(impl_name: str) -> str:
+    case = find(st_kv.invalid_source_cases(rule=10), lambda case: True)
+    return support.source_case_repro(impl_name, "cpu", case)
+
+
+SNIPPETS = {
+    "fingerprint": (fingerprint_snippet, "strength.known_bad.hash_partial_reads_8_bytes"),
+    "write/verify": (write_verify_snippet, "strength.known_bad.chain_token_checked_without_flag"),
+    "RealKvSource": (source_snippet, "strength.known_bad.val_alignment_unchecked"),
+}
+
+
+@pytest.mark.parametrize("kind", SNIPPETS)
+def test_snippet_fails_on_a_known_bad_module(kind):
+    """A generated snippet, run against a known-bad module, raises the AssertionError the test raised."""
+    make, known_bad = SNIPPETS[kind]
+    done = run_python(make(known_bad))
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert "AssertionError" in done.stderr, done.stderr
+    if kind == "write/verify":
+        assert "ring row missing" in done.stderr or "ring row extra" in done.stderr, done.stderr
+        assert "violation_write_index got 3, want 0" in done.stderr, done.stderr
+
+
+def test_snippets_pass_on_canary():
+    """The same snippets run clean against canary: they compare, not merely fail."""
+    code = "\n".join(f"exec({textwrap.dedent(make('canary'))!r})" for make, _ in SNIPPETS.values())
+    done = run_python(code)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_announcement_headline():
+    """The announced lines are the failure's message: pytest's E lines, a plain message up to its
+    configuration, or one line per failure of a Hypothesis exception group."""
+    from conformance.report import headline
+
+    assert headline("E   AssertionError: x\nE   assert 1 == 2\nother") == [
+        "AssertionError: x",
+        "assert 1 == 2",
+    ]
+    plain = (
+        "after verify:\n  ring row 0 (slot 2): expected_token got 0, want -1\n[world]\nReproduce"
+    )
+    assert headline(plain) == [
+        "after verify:",
+        "  ring row 0 (slot 2): expected_token got 0, want -1",
+    ]
+    group = """  + Exception Group Traceback (most recent call last):
+  |   File "x.py", line 3, in test_x
+  | BaseExceptionGroup: Hypothesis found 2 distinct failures. (2 sub-exceptions)
+  +-+---------------- 1 ----------------
+    | ValueError: kv-canary: wrong
+    | Failed: first message
+    +---------------- 2 ----------------
+    | Failed: second message
+"""
+    assert headline(group) == [
+        "Hypothesis found 2 distinct failures. (2 sub-exceptions)",
+        "- first message",
+        "- second message",
+    ]
