@@ -19,6 +19,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+import reference
 import strategies as st_kv
 from conformance import profiles
 from conformance.assertions import fail, row_text
@@ -29,14 +30,13 @@ from conformance.write_verify_support import (
     assert_world_holds,
     bit_names,
     code,
-    expected_reports,
     launch_and_compare,
     reports_of,
     run_verify,
     run_write,
     story,
 )
-from strategies.chains import corruption_kinds
+from strategies.verify import corruption_kinds
 
 pytestmark = pytest.mark.write_verify
 
@@ -307,8 +307,8 @@ def test_each_corruption_is_reported_exactly(impl, device, case):
     check_token = batch.check_token
     records = made.records()
     page_size = made.world.sources[corruption.source].page_size if made.world.sources else 1
-    expected = expected_reports(
-        chains,
+    expected = reference.corruption_reports(
+        st_kv.plan_for_chains(chains),
         corruption,
         check_token=check_token,
         page_size=page_size,

@@ -30,7 +30,6 @@ from conformance.assertions import (
     ring_row_differences,
 )
 from conformance.support import import_impl_lines
-from strategies.chains import CHAIN, POSITION, REAL_KV, TOKEN
 
 __all__ = [
     "Outcome",
@@ -41,7 +40,6 @@ __all__ = [
     "check_world",
     "code",
     "differences",
-    "expected_reports",
     "implementation_outcome",
     "implementation_write_verify",
     "launch_rows",
@@ -283,67 +281,6 @@ def reports_of(snapshot: Snapshot, since: int) -> dict[int, int]:
 def bit_names(reports: dict[int, int]) -> str:
     """``{slot: bits}`` with the bits by name: ``{3: CHAIN|REAL_KV, 5: TOKEN}``."""
     return "{" + ", ".join(f"{s}: {fail_bits_name(b)}" for s, b in sorted(reports.items())) + "}"
-
-
-# ---------------------------------------------------------------------------------------------
-# The second oracle: the reports a corruption must cause, from CONTRACT §7 alone.
-
-
-def expected_reports(
-    chains: tuple[st_kv.Chain, ...],
-    corruption: st_kv.Corruption,
-    *,
-    check_token: bool,
-    page_size: int = 1,
-    stored=None,
-) -> dict[int, int]:
-    """The ``{slot: FailReason bits}`` that verifying :func:`strategies.plan_for_chains` (token
-    check ``check_token``) must report after ``corruption``, worked out from CONTRACT §7 alone.
-
-    The chains must avoid slot 0 (verify skips it, and prev slot 0 means "unchecked").
-    ``page_size`` is that of the swapped source for a page swap; ``stored(slot)`` gives a
-    slot's record ``(token, position, prev_hash, real_kv_hash)`` before the corruption (a
-    stale record is compared field by field). Sources are densely filled, so two different
-    windows never hold the same bytes.
-    """
-    entries = st_kv.plan_for_chains(chains)
-    successors: dict[int, list[int]] = {}
-    for slot, _, _, prev in entries:
-        if prev >= 0:
-            successors.setdefault(prev, []).append(slot)  # chains may fork from one seed
-    expected_token = {slot: token for slot, token, _, _ in entries}
-    reports: dict[int, int] = {}
-
-    def add(slot: int, bits: int) -> None:
-        if bits:
-            reports[slot] = reports.get(slot, 0) | bits
-
-    kind = corruption.kind
-    if kind == "field":
-        slot, field = corruption.slot, corruption.field
-        token_checked = check_token and expected_token[slot] != -1
-        add(slot, {0: TOKEN if token_checked else 0, 1: POSITION, 2: CHAIN, 3: REAL_KV}[field])
-        if field != 3:
-            for after in successors.get(slot, ()):
-                add(after, CHAIN)  # mix3 is a bijection in each argument
-    elif kind == "kv_inside":
-        add(corruption.slot, REAL_KV)
-    elif kind == "page_swap" and corruption.slot != corruption.other:
-        for slot in expected_token:
-            if slot // page_size in (corruption.slot, corruption.other):
-                add(slot, REAL_KV)
-    elif kind == "stale":
-        slot = corruption.slot
-        mine, stale = stored(slot), stored(corruption.other)
-        token_checked = check_token and expected_token[slot] != -1
-        add(slot, TOKEN if token_checked and stale[0] != mine[0] else 0)
-        add(slot, POSITION if stale[1] != mine[1] else 0)
-        add(slot, CHAIN if stale[2] != mine[2] else 0)
-        add(slot, REAL_KV if stale[3] != mine[3] else 0)
-        if stale[:3] != mine[:3]:
-            for after in successors.get(slot, ()):
-                add(after, CHAIN)
-    return reports
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 It never imports torch, so it can judge any implementation without sharing its stack:
 ``constants`` (§1), ``hashing`` (§2), ``source`` (§3 layout and §4 fingerprint),
-``validation`` (§3 rules and messages), ``chain`` (§5-§7 write and verify).
+``validation`` (§3 rules and messages), ``chain`` (§5-§7 write and verify), and
+``corruption`` (§7: the reports a corruption between a write and a verify must cause).
 """
 
 from reference.chain import CanaryState, VerifyPlan, WritePlan, verify, write
@@ -20,6 +21,7 @@ from reference.constants import (
     RealKvHashMode,
     ViolationField,
 )
+from reference.corruption import corruption_reports
 from reference.hashing import splitmix64, splitmix64_mix3, to_signed64, to_unsigned64
 from reference.source import Source, fingerprint
 from reference.validation import SourceDescription, validate_source
@@ -42,6 +44,7 @@ __all__ = [
     "VerifyPlan",
     "ViolationField",
     "WritePlan",
+    "corruption_reports",
     "fingerprint",
     "splitmix64",
     "splitmix64_mix3",

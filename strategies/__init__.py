@@ -1,23 +1,25 @@
 """Hypothesis strategies for the KV canary, usable like ``hypothesis.extra.numpy``.
 
 Configurations are drawn as plain frozen dataclasses by modules that import no torch
-(:mod:`strategies.layouts`, :mod:`strategies.chains`, :mod:`strategies.invalid`);
-:mod:`strategies.materialize` is the one module that imports torch and turns them into
-tensors on a device and numpy rows for the reference; it runs no implementation. The modules import one another in
-one direction only: ``layouts`` <- ``chains`` <- ``materialize``, and ``invalid`` uses
+(:mod:`strategies.layouts`, :mod:`strategies.chains`, :mod:`strategies.verify`,
+:mod:`strategies.invalid`, :mod:`strategies.sizes`); :mod:`strategies.materialize` is the one
+module that imports torch and turns them into tensors on a device and numpy rows for the
+reference; it runs no implementation. The modules import one another in one direction only:
+``sizes`` <- ``layouts`` <- ``chains`` <- ``verify`` <- ``materialize``, and ``invalid`` uses
 ``materialize`` only where it draws (``tests/test_imports.py`` checks both). This package
 re-exports all of them, so ``import strategies`` itself loads torch.
 
 - :func:`source_layouts`, :func:`source_tuples`: valid RealKvSource layouts (CONTRACT §3).
 - :func:`slot_indices`, :func:`modes`: what ``fingerprint`` is asked about (CONTRACT §4).
-- :func:`layout`: one fixed layout from a few fields, the rest at plain defaults.
+- :func:`layout`, :func:`world`: one fixed layout or world from a few fields, the rest at
+  plain defaults.
 - :func:`materialize`, :func:`materialize_shared`: layouts made real, with the byte offsets
   a canary reads (:func:`window_byte_offsets`) and must never read
   (:func:`outside_byte_offsets`).
 - :func:`invalid_source_cases`, :func:`multi_invalid_source_cases`: arguments that break
   CONTRACT §3 rules, with the exact error expected.
-- :func:`canary_worlds`, :func:`write_batches`, :func:`verify_batches`, :func:`corruptions`:
-  write/verify launches (CONTRACT §5-§7) as plain data; :func:`materialize_world` and
+- :func:`canary_worlds`, :func:`write_batches` (``chains``), :func:`verify_batches`,
+  :func:`corruptions` (``verify``): write/verify launches (CONTRACT §5-§7) as plain data; :func:`materialize_world` and
   :func:`apply_corruption` make them real (a launch's arguments, and the reports a corruption
   must cause, are the suite's: ``conformance.write_verify_support``).
 - :func:`describe`: any ``tensor=`` object as a torch-free ``reference.SourceDescription``.
@@ -42,6 +44,7 @@ from strategies.invalid import *  # noqa: F403
 from strategies.layouts import *  # noqa: F403
 from strategies.materialize import *  # noqa: F403
 from strategies.sizes import *  # noqa: F403
+from strategies.verify import *  # noqa: F403
 
 #: The package's public names: each submodule's own ``__all__``, defined there once.
 __all__ = [

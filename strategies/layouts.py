@@ -22,7 +22,7 @@ import hypothesis.strategies as st
 import numpy as np
 from hypothesis.errors import InvalidArgument
 
-from strategies.sizes import power_of_two_edges, sizes
+from strategies.sizes import check_int, power_of_two_edges, sizes
 
 __all__ = [
     "ELEMENT_SIZES",
@@ -131,7 +131,7 @@ def set_source_ndim_max(ndim: int | None) -> None:
     """
     global _source_ndim_max
     if ndim is not None:
-        _check_int("ndim", ndim, 2, 64)
+        check_int("ndim", ndim, 2, 64)
     _source_ndim_max = ndim
 
 
@@ -267,11 +267,6 @@ def _layout_problems(layout: SourceLayout) -> list[str]:
     if layout.tail_bytes < 0:
         problems.append("tail_bytes must be >= 0")
     return problems
-
-
-def _check_int(name: str, value: object, lo: int, hi: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise InvalidArgument(f"{name}={value!r} must be an int in [{lo}, {hi}]")
 
 
 def _row_shapes(
@@ -411,14 +406,14 @@ def source_layouts(
         raise InvalidArgument(
             f"dtypes={dtypes!r} must be a non-empty subset of {sorted(ELEMENT_SIZES)}"
         )
-    _check_int("min_rows", min_rows, 0, _MAX_ROWS)
-    _check_int("max_rows", max_rows, min_rows, _MAX_ROWS)
-    _check_int("max_page_size", max_page_size, 1, _MAX_PAGE_SIZE)
-    _check_int("min_page_size", min_page_size, 1, max_page_size)
-    _check_int("max_bytes_per_token", max_bytes_per_token, 16, _MAX_BYTES_PER_TOKEN)
-    _check_int("min_capacity", min_capacity, 0, max_rows * max_page_size)
+    check_int("min_rows", min_rows, 0, _MAX_ROWS)
+    check_int("max_rows", max_rows, min_rows, _MAX_ROWS)
+    check_int("max_page_size", max_page_size, 1, _MAX_PAGE_SIZE)
+    check_int("min_page_size", min_page_size, 1, max_page_size)
+    check_int("max_bytes_per_token", max_bytes_per_token, 16, _MAX_BYTES_PER_TOKEN)
+    check_int("min_capacity", min_capacity, 0, max_rows * max_page_size)
     if max_capacity is not None:
-        _check_int("max_capacity", max_capacity, max(min_capacity, 1), _MAX_ROWS * _MAX_PAGE_SIZE)
+        check_int("max_capacity", max_capacity, max(min_capacity, 1), _MAX_ROWS * _MAX_PAGE_SIZE)
     fills = tuple(fills)
     if not fills or any(f not in FILLS for f in fills):
         raise InvalidArgument(f"fills={fills!r} must be a non-empty subset of {FILLS}")
@@ -447,8 +442,8 @@ def source_tuples(
         (SourceLayout(dtype='uint8', rows=1, row_shape=(32,), page_size=2, ...),
          SourceLayout(dtype='bfloat16', rows=4, row_shape=(8, 16), page_size=1, ...))
     """
-    _check_int("min_sources", min_sources, 0, _MAX_SOURCES)
-    _check_int("max_sources", max_sources, min_sources, _MAX_SOURCES)
+    check_int("min_sources", min_sources, 0, _MAX_SOURCES)
+    check_int("max_sources", max_sources, min_sources, _MAX_SOURCES)
     if "min_capacity" in layout_kwargs:
         raise InvalidArgument("pass min_capacity once, as a keyword of source_tuples")
     layouts = source_layouts(min_capacity=min_capacity, **layout_kwargs)
@@ -572,15 +567,15 @@ def slot_indices(
 
     (a run across the page boundary at 4, a repeat, the last slot, a shuffled block, slot 0).
     """
-    _check_int("capacity", capacity, 0, 2**40)
-    _check_int("max_size", max_size, 0, _MAX_SLOT_LIST)
-    _check_int("min_size", min_size, 0, max_size)
+    check_int("capacity", capacity, 0, 2**40)
+    check_int("max_size", max_size, 0, _MAX_SLOT_LIST)
+    check_int("min_size", min_size, 0, max_size)
     if capacity == 0 and min_size > 0:
         raise InvalidArgument(f"min_size={min_size} needs capacity > 0")
     if page_size is not None:
-        _check_int("page_size", page_size, 1, 2**40)
+        check_int("page_size", page_size, 1, 2**40)
     if long_size is not None:
-        _check_int("long_size", long_size, max_size + 1, _MAX_LONG_SLOT_LIST)
+        check_int("long_size", long_size, max_size + 1, _MAX_LONG_SLOT_LIST)
     if not isinstance(edges, bool):
         raise InvalidArgument(f"edges={edges!r} must be a bool")
     return _slot_indices(capacity, min_size, max_size, page_size, long_size, edges)

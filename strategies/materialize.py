@@ -26,8 +26,9 @@ import numpy as np
 import torch
 
 import reference
-from strategies.chains import CanaryWorld, Corruption
+from strategies.chains import CanaryWorld
 from strategies.layouts import ELEMENT_SIZES, SourceLayout, _align16, slot_window_starts
+from strategies.verify import Corruption
 
 __all__ = [
     "MaterializedSource",

@@ -19,15 +19,29 @@ __all__ = ["power_of_two_edges", "size_edges", "sizes"]
 MAX_SIZE = 2**40
 
 
-def _check(name: str, value: object, lo: int, hi: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+def check_int(name: str, value: object, lo: int | None = None, hi: int | None = None) -> None:
+    """Refuse a strategy argument ``name`` with :class:`InvalidArgument` unless ``value`` is an
+    int (not a bool) within ``[lo, hi]``; either bound may be None (none). The one check of
+    every int argument of the strategies."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        ok = False
+    else:
+        ok = (lo is None or value >= lo) and (hi is None or value <= hi)
+    if ok:
+        return
+    if lo is not None and hi is not None:
         raise InvalidArgument(f"{name}={value!r} must be an int in [{lo}, {hi}]")
+    if lo is not None:
+        raise InvalidArgument(f"{name}={value!r} must be an int >= {lo}")
+    if hi is not None:
+        raise InvalidArgument(f"{name}={value!r} must be an int <= {hi}")
+    raise InvalidArgument(f"{name}={value!r} must be an int")
 
 
 def power_of_two_edges(limit: int) -> tuple[int, ...]:
     """``2^k - 1, 2^k, 2^k + 1`` for every ``2^k <= limit`` (and 0), ascending and below
     ``limit + 1``; ``power_of_two_edges(9)`` is ``(0, 1, 2, 3, 4, 5, 7, 8, 9)``."""
-    _check("limit", limit, 0, MAX_SIZE)
+    check_int("limit", limit, 0, MAX_SIZE)
     edges = {0}
     power = 1
     while power <= limit:
@@ -44,11 +58,11 @@ def size_edges(max_size: int, *, min_size: int = 0, block: int | None = None) ->
     Example: ``size_edges(300, min_size=100, block=96)`` is
     ``(100, 127, 128, 129, 191, 192, 193, 255, 256, 257, 300)``.
     """
-    _check("max_size", max_size, 0, MAX_SIZE)
-    _check("min_size", min_size, 0, max_size)
+    check_int("max_size", max_size, 0, MAX_SIZE)
+    check_int("min_size", min_size, 0, max_size)
     edges = {min_size, max_size, *power_of_two_edges(max_size)}
     if block is not None:
-        _check("block", block, 1, MAX_SIZE)
+        check_int("block", block, 1, MAX_SIZE)
         edges.update(block * k + d for k in (1, 2) for d in (-1, 0, 1))
     return tuple(sorted(e for e in edges if min_size <= e <= max_size))
 

@@ -41,6 +41,7 @@ PACKAGES = (
 TORCH_FREE = {
     "strategies.layouts": "find(module.fingerprint_cases(), bool)",
     "strategies.chains": "find(module.canary_worlds(), bool)",
+    "strategies.verify": "find(module.verify_batches(()), bool)",
     "strategies.invalid": "module.invalid_source_cases()",
     "strategies.sizes": "find(module.sizes(2**20, block=16), bool)",
 }

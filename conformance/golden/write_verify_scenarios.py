@@ -17,7 +17,6 @@ implementation's write, which is slow under Triton's CPU interpreter.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 
 import strategies as st_kv
 from strategies import CanaryWorld, Corruption, SourceLayout, VerifyBatch, WriteBatch, WriteRequest
@@ -38,31 +37,10 @@ _KV = st_kv.layout(
 )
 
 
-def _world(
-    *,
-    sources: Sequence[SourceLayout] = (_KV,),
-    mode: int = 2,
-    num_slots: int = 12,
-    slot_stride_bytes: int = 32,
-    ring_capacity: int = 8,
-    ring_start: int = 0,
-    kernel_kind: int = 0,
-    chain_assert: int = 1,
-    seed: int = 1,
-) -> CanaryWorld:
-    if any(layout.capacity < num_slots for layout in sources):
-        raise ValueError("every source must address every canary slot")
-    return CanaryWorld(
-        sources=tuple(sources),
-        mode=mode,
-        num_slots=num_slots,
-        slot_stride_bytes=slot_stride_bytes,
-        ring_capacity=ring_capacity,
-        ring_start=ring_start,
-        kernel_kind=kernel_kind,
-        chain_assert=chain_assert,
-        seed=seed,
-    )
+def _world(**changes) -> CanaryWorld:
+    """The world of a scenario, :func:`strategies.world` with one source (``_KV``), 12 slots
+    and a ring of 8 unless ``changes`` say otherwise."""
+    return st_kv.world(**{"sources": (_KV,), "num_slots": 12, "ring_capacity": 8, **changes})
 
 
 def _request(seed, slots, *, first_position=0, tokens=None, positions=None) -> WriteRequest:
@@ -491,102 +469,70 @@ def write_verify_scenarios() -> list[dict]:
         _request(-1, (1, 2, 3), first_position=7),
         _request(-1, (5, 6, 7, 8), first_position=0),
     )
-    corruptions = [
-        (
-            "wv-corrupt-token-bit-0",
-            "bit 0 of slot 2's token",
-            Corruption("field", slot=2, field=0, bit=0),
-        ),
-        (
-            "wv-corrupt-position-bit-63",
-            "bit 63 of slot 6's position",
-            Corruption("field", slot=6, field=1, bit=63),
-        ),
-        (
-            "wv-corrupt-prev-hash-bit-17",
-            "bit 17 of slot 7's prev_hash",
-            Corruption("field", slot=7, field=2, bit=17),
-        ),
-        (
-            "wv-corrupt-real-kv-hash-bit-40",
-            "bit 40 of slot 1's real_kv_hash",
-            Corruption("field", slot=1, field=3, bit=40),
-        ),
-        (
-            "wv-corrupt-kv-byte",
+
+    def corrupted(vid, what, world, *corruption):
+        """A scenario that writes both chains, corrupts, then verifies both exactly."""
+        steps = [("corrupt", one) for one in corruption]
+        add(vid, what, world, ("write", two_chains), *steps, ("verify", _exact(two_chains)))
+
+    # one bit of each canary field: (field, slot, bit)
+    for field, (slot, bit) in enumerate(((2, 0), (6, 63), (7, 17), (1, 40))):
+        name = ("token", "position", "prev_hash", "real_kv_hash")[field]
+        corrupted(
+            f"wv-corrupt-{name.replace('_', '-')}-bit-{bit}",
+            f"bit {bit} of slot {slot}'s {name}, then the exact verify of both chains",
+            _world(seed=23, ring_capacity=16, kernel_kind=3),
+            Corruption("field", slot=slot, field=field, bit=bit),
+        )
+    others = {
+        "wv-corrupt-kv-byte": (
             "the last read byte of slot 6's KV window",
             Corruption("kv_inside", slot=6, source=0, offset=_window_byte(_KV, 6, 31), value=0x80),
         ),
-        (
-            "wv-corrupt-page-swap",
+        "wv-corrupt-page-swap": (
             "rows 0 and 2 of the source swapped",
-            Corruption("page_swap", slot=0, other=2),
+            Corruption("page_swap", 0, 2),
         ),
-        (
-            "wv-corrupt-stale-record",
-            "slot 3 holds slot 6's record",
-            Corruption("stale", slot=3, other=6),
-        ),
-    ]
-    for vid, what, corruption in corruptions:
-        add(
+        "wv-corrupt-stale-record": ("slot 3 holds slot 6's record", Corruption("stale", 3, 6)),
+    }
+    for vid, (what, corruption) in others.items():
+        corrupted(
             vid,
             f"{what}, then the exact verify of both chains",
             _world(seed=23, ring_capacity=16, kernel_kind=3),
-            ("write", two_chains),
-            ("corrupt", corruption),
-            ("verify", _exact(two_chains)),
+            corruption,
         )
     # _KV's buffer: 16 bytes, rows of 128 slot bytes + a 16 B hole every 160 B, 3 tail bytes.
     unread = [5, 16 + 128 + 3, 16 + 144 + 7, 16 + 2 * 160 + 144 + 1]
-    add(
+    corrupted(
         "wv-corrupt-kv-unread-bytes",
         "bytes no slot reads change (before the view, a hole, a row gap, the tail): no report",
         _world(seed=23, ring_capacity=16, kernel_kind=3),
-        ("write", two_chains),
-        *[("corrupt", Corruption("kv_outside", source=0, offset=o, value=0xFF)) for o in unread],
-        ("verify", _exact(two_chains)),
+        *[Corruption("kv_outside", source=0, offset=o, value=0xFF) for o in unread],
     )
-    add(
+    corrupted(
         "wv-corrupt-kv-byte-partial",
         "PARTIAL: byte 15 of slot 5's window is read and reported",
         _world(seed=24, mode=1, ring_capacity=16),
-        ("write", two_chains),
-        (
-            "corrupt",
-            Corruption("kv_inside", slot=5, source=0, offset=_window_byte(_KV, 5, 15), value=1),
-        ),
-        ("verify", _exact(two_chains)),
+        Corruption("kv_inside", slot=5, source=0, offset=_window_byte(_KV, 5, 15), value=1),
     )
-    add(
+    corrupted(
         "wv-corrupt-kv-byte-past-16-partial",
         "PARTIAL: byte 16 of slot 5's window is not read: no report",
         _world(seed=24, mode=1, ring_capacity=16),
-        ("write", two_chains),
-        (
-            "corrupt",
-            Corruption("kv_outside", slot=5, source=0, offset=_window_byte(_KV, 5, 16), value=1),
-        ),
-        ("verify", _exact(two_chains)),
+        Corruption("kv_outside", slot=5, source=0, offset=_window_byte(_KV, 5, 16), value=1),
     )
-    add(
+    corrupted(
         "wv-mode-none-kv-byte",
         "mode NONE stores real_kv_hash 0 and reads no KV byte: a changed byte is not reported",
         _world(seed=25, mode=0, ring_capacity=16),
-        ("write", two_chains),
-        (
-            "corrupt",
-            Corruption("kv_outside", slot=5, source=0, offset=_window_byte(_KV, 5, 0), value=1),
-        ),
-        ("verify", _exact(two_chains)),
+        Corruption("kv_outside", slot=5, source=0, offset=_window_byte(_KV, 5, 0), value=1),
     )
-    add(
+    corrupted(
         "wv-no-sources",
         "mode ALL without sources stores real_kv_hash 0",
         _world(seed=26, sources=(), ring_capacity=16),
-        ("write", two_chains),
-        ("corrupt", Corruption("field", slot=8, field=3, bit=2)),
-        ("verify", _exact(two_chains)),
+        Corruption("field", slot=8, field=3, bit=2),
     )
     four = (
         _KV,
@@ -600,34 +546,23 @@ def write_verify_scenarios() -> list[dict]:
             dtype="int32", rows=6, page_size=2, num_bytes_per_token=32, row_shape=(2, 8), seed=203
         ),
     )
-    add(
+    corrupted(
         "wv-four-sources",
         "four sources; a byte of source 3 in slot 7's window changes",
         _world(seed=27, sources=four, ring_capacity=16),
-        ("write", two_chains),
-        (
-            "corrupt",
-            Corruption(
-                "kv_inside", slot=7, source=3, offset=_window_byte(four[3], 7, 20), value=0x10
-            ),
-        ),
-        ("verify", _exact(two_chains)),
+        Corruption("kv_inside", slot=7, source=3, offset=_window_byte(four[3], 7, 20), value=0x10),
     )
-    add(
+    corrupted(
         "wv-second-source-page-swap",
         "two sources; rows 1 and 5 of source 1 swap",
         _world(seed=28, sources=four[:2], ring_capacity=16),
-        ("write", two_chains),
-        ("corrupt", Corruption("page_swap", slot=1, other=5, source=1)),
-        ("verify", _exact(two_chains)),
+        Corruption("page_swap", slot=1, other=5, source=1),
     )
-    add(
+    corrupted(
         "wv-slot-stride-40-kind-11",
         "40-byte canary slots (bytes past 32 untouched), kernel kind 11 stamped into rows",
         _world(seed=29, slot_stride_bytes=40, kernel_kind=11, ring_capacity=16),
-        ("write", two_chains),
-        ("corrupt", Corruption("field", slot=5, field=1, bit=1)),
-        ("verify", _exact(two_chains)),
+        Corruption("field", slot=5, field=1, bit=1),
     )
     add(
         "wv-slot-stride-64-partial",
