@@ -49,6 +49,6 @@ from strategies.verify import *  # noqa: F403
 #: The package's public names: each submodule's own ``__all__``, defined there once.
 __all__ = [
     name
-    for module in ("chains", "invalid", "layouts", "materialize", "sizes")
+    for module in ("chains", "invalid", "layouts", "materialize", "sizes", "verify")
     for name in sys.modules[f"strategies.{module}"].__all__
 ]

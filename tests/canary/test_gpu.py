@@ -15,6 +15,7 @@ import strategies as st_kv
 from conformance.write_verify_support import verify_launch, write_launch
 
 GPUS = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+READING_MODES = (canary.RealKvHashMode.PARTIAL, canary.RealKvHashMode.ALL)
 
 
 def layout(**fields) -> st_kv.SourceLayout:
@@ -36,16 +37,16 @@ def run_everything(device: str) -> dict:
     slots = torch.arange(SOURCES[0].capacity, device=device).flip(0)
     results = {
         f"fingerprint mode {mode}": canary.fingerprint(sources, slots, mode=mode).cpu().numpy()
-        for mode in (1, 2)
+        for mode in READING_MODES
     }
-    world = st_kv.CanaryWorld(
+    world = st_kv.CanaryWorld(  # a CanaryWorld holds plain ints
         sources=SOURCES,
-        mode=2,
+        mode=int(canary.RealKvHashMode.ALL),
         num_slots=20,
         slot_stride_bytes=40,
         ring_capacity=5,
         ring_start=1,
-        kernel_kind=3,
+        kernel_kind=int(canary.CanaryLaunchTag.TAIL_V_FULL),
         chain_assert=1,
         seed=9,
     )
@@ -91,7 +92,7 @@ def test_the_scenario_runs_on_the_cpu():
     """The GPU comparison's scenario runs (on CPU tensors) and has something to compare: a
     check that the GPU test's own code still works on a machine without a GPU."""
     results = run_everything("cpu")
-    assert all(results[f"fingerprint mode {mode}"].all() for mode in (1, 2))
+    assert all(results[f"fingerprint mode {mode}"].all() for mode in READING_MODES)
     # the ring starts with one row taken; the input assert and the corruption add theirs
     assert results["violation_write_index"][0] >= 3
     assert results["canary_buf"].any()

@@ -73,7 +73,7 @@ def test_mode_accepts_int_and_rejects_unknown():
     """mode may be the enum or its int value; other values are refused."""
     s = source()
     assert torch.equal(
-        canary.fingerprint([s], torch.tensor([3]), mode=1),
+        canary.fingerprint([s], torch.tensor([3]), mode=1),  # a plain int, deliberately
         canary.fingerprint([s], torch.tensor([3]), mode=canary.RealKvHashMode.PARTIAL),
     )
     with pytest.raises(ValueError):

@@ -37,7 +37,7 @@ def hashes(layouts, slots, mode):
     return got.numpy(), want
 
 
-@pytest.mark.parametrize("mode", [0, 1, 2], ids=["NONE", "PARTIAL", "ALL"])
+@pytest.mark.parametrize("mode", list(canary.RealKvHashMode), ids=["NONE", "PARTIAL", "ALL"])
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_one_source(name, mode):
     """One source of each hand-picked layout hashes exactly like the reference."""
@@ -49,7 +49,7 @@ def test_one_source(name, mode):
         assert len(set(got[: item.capacity].tolist())) == item.capacity, "distinct slots collide"
 
 
-@pytest.mark.parametrize("mode", [0, 1, 2], ids=["NONE", "PARTIAL", "ALL"])
+@pytest.mark.parametrize("mode", list(canary.RealKvHashMode), ids=["NONE", "PARTIAL", "ALL"])
 @pytest.mark.parametrize("count", [0, 1, 2, 3, 4])
 def test_zero_to_four_sources(count, mode):
     """0-4 sources of different layouts combine exactly like the reference."""
@@ -60,5 +60,5 @@ def test_zero_to_four_sources(count, mode):
     slots = [5, 0, 3, 1, 4, 2]
     got, want = hashes(picked, slots, mode)
     np.testing.assert_array_equal(got, want, strict=True)
-    if count == 0 or mode == 0:
+    if count == 0 or mode == canary.RealKvHashMode.NONE:
         assert not got.any()

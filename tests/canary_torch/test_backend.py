@@ -267,7 +267,9 @@ def test_mode_none_and_no_sources_read_nothing():
     """Mode NONE (even with out-of-range slots) and zero sources give zeros."""
     slots = torch.tensor([0, 999, -4])
     zeros = torch.zeros(3, dtype=torch.int64)
-    assert torch.equal(tb.fingerprint(own(make_sources(["plain"])), slots, mode=0), zeros)
+    assert torch.equal(
+        tb.fingerprint(own(make_sources(["plain"])), slots, mode=tb.RealKvHashMode.NONE), zeros
+    )
     for mode in ALL_MODES:
         assert torch.equal(tb.fingerprint([], slots, mode=mode), zeros)
 

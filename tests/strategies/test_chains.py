@@ -14,20 +14,23 @@ import strategies as st_kv
 from tests.strategies.draws import collect
 
 DRAWS = 100
+NONE = reference.RealKvHashMode.NONE
+PARTIAL = reference.RealKvHashMode.PARTIAL
+ALL = reference.RealKvHashMode.ALL
 
 
 def test_reads_kv_worlds_all_read_kv_bytes():
     """``reads_kv=True``: every world has a source and a mode that reads (PARTIAL or ALL)."""
     worlds = collect(st_kv.canary_worlds(reads_kv=True), DRAWS)
     assert all(world.reads_kv for world in worlds)
-    assert {world.mode for world in worlds} == {1, 2}
+    assert {world.mode for world in worlds} == {PARTIAL, ALL}
     assert {len(world.sources) for world in worlds} == {1, 2}
 
 
 def test_reads_kv_keeps_only_the_reading_modes_asked_for():
-    """``reads_kv=True`` with ``modes=(0, 2)`` draws ALL only."""
-    worlds = collect(st_kv.canary_worlds(reads_kv=True, modes=(0, 2)), DRAWS)
-    assert {world.mode for world in worlds} == {2} and all(world.sources for world in worlds)
+    """``reads_kv=True`` with ``modes=(NONE, ALL)`` draws ALL only."""
+    worlds = collect(st_kv.canary_worlds(reads_kv=True, modes=(NONE, ALL)), DRAWS)
+    assert {world.mode for world in worlds} == {ALL} and all(world.sources for world in worlds)
 
 
 def test_min_sources_is_a_floor():
@@ -38,7 +41,12 @@ def test_min_sources_is_a_floor():
 
 @pytest.mark.parametrize(
     ("modes", "allowed"),
-    [((1,), {1}), ((0, 2), {0, 2}), (st.just(2), {2}), (st.sampled_from([1, 2]), {1, 2})],
+    [
+        ((PARTIAL,), {PARTIAL}),
+        ((NONE, ALL), {NONE, ALL}),
+        (st.just(ALL), {ALL}),
+        (st.sampled_from([PARTIAL, ALL]), {PARTIAL, ALL}),
+    ],
 )
 def test_modes_are_drawn_from_what_is_given(modes, allowed):
     """``modes`` as a tuple or a strategy: every world's mode is one of them, each drawn."""
@@ -55,7 +63,7 @@ def test_modes_are_drawn_from_what_is_given(modes, allowed):
         dict(modes=5),
         dict(reads_kv=False),
         dict(reads_kv=1),
-        dict(reads_kv=True, modes=(0,)),
+        dict(reads_kv=True, modes=(NONE,)),
         dict(reads_kv=True, max_sources=0),
         dict(min_sources=3, max_sources=2),
         dict(min_sources=-1),
@@ -75,7 +83,7 @@ def test_bad_world_arguments_raise_invalid_argument(kwargs):
 def test_a_modes_strategy_that_draws_none_under_reads_kv_is_refused():
     """A ``modes`` strategy is drawn as given; NONE under ``reads_kv=True`` is a usage error."""
     with pytest.raises(InvalidArgument, match="reads no KV"):
-        collect(st_kv.canary_worlds(reads_kv=True, modes=st.just(0)), 1)
+        collect(st_kv.canary_worlds(reads_kv=True, modes=st.just(NONE)), 1)
 
 
 # The reference launches count what a correct implementation does with a batch, so the
@@ -217,9 +225,10 @@ def test_leading_entries_come_first_and_no_request_covers_them():
     batch = st_kv.WriteBatch((request,), 1, ((9, 90, 5),), False, (), (), ((7, 70, 0), (8, 80, 1)))
     assert batch.token_arrays() == ([70, 80, 13, 14, 90], [0, 1, 0, 1, 5], [7, 8, 3, 4, 9])
     assert batch.offsets() == [2, 4]
-    world = st_kv.CanaryWorld(
-        sources=(), mode=0, num_slots=12, slot_stride_bytes=32, ring_capacity=4, ring_start=0,
-        kernel_kind=0, chain_assert=0, seed=5,
+    world = st_kv.CanaryWorld(  # a CanaryWorld holds plain ints
+        sources=(), mode=int(NONE), num_slots=12, slot_stride_bytes=32, ring_capacity=4,
+        ring_start=0, kernel_kind=int(reference.CanaryLaunchTag.HEAD_K_FULL), chain_assert=0,
+        seed=5,
     )  # fmt: skip
     assert entries_written(world, batch) == 2
     assert dataclasses.replace(batch, leading=()).offsets() == [0, 2]

@@ -10,6 +10,7 @@ from canary.real_kv_hash import FINGERPRINT_BLOCK
 from conformance import profiles
 from conformance import test_write_verify as wv
 from conformance.test_fingerprint import reading_cases
+from reference import RealKvHashMode
 from tests.strategies.draws import collect
 
 DRAWS = 100
@@ -18,7 +19,7 @@ NON_TRIVIAL_SHARE = 0.8
 
 def nothing_to_get_wrong(case: st_kv.FingerprintCase) -> bool:
     """A fingerprint call that reads no byte: mode NONE, no source or no slot."""
-    return case.mode == 0 or not case.layouts or not case.slots
+    return case.mode == RealKvHashMode.NONE or not case.layouts or not case.slots
 
 
 def test_main_fingerprint_property_draws_calls_that_read():
@@ -54,7 +55,9 @@ def test_main_fingerprint_property_spans_more_than_one_program_on_the_cpu(monkey
 
 def writes_into_what_it_reads(case: wv.Written) -> bool:
     """At least one entry a correct launch writes, and a source when the mode reads KV."""
-    return bool(case.chains) and (case.world.mode == 0 or bool(case.world.sources))
+    return bool(case.chains) and (
+        case.world.mode == RealKvHashMode.NONE or bool(case.world.sources)
+    )
 
 
 def checks_an_entry(case: wv.VerifyCase) -> bool:

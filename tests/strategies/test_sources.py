@@ -15,6 +15,10 @@ import reference
 import strategies as st_kv
 from tests.strategies.draws import collect
 
+NONE = reference.RealKvHashMode.NONE
+PARTIAL = reference.RealKvHashMode.PARTIAL
+ALL = reference.RealKvHashMode.ALL
+
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ANY_FILL = st_kv.source_layouts(fills=st_kv.FILLS)
 
@@ -86,7 +90,7 @@ def test_dense_fill_is_non_zero_and_distinct_per_slot(layout):
     data = st_kv.materialize(layout, "cpu").backing.numpy()
     np.testing.assert_array_equal(data, st_kv.layout_bytes(layout), strict=True)
     assert np.all(data != 0)
-    for mode in (1, 2):
+    for mode in (PARTIAL, ALL):
         windows = {window_bytes(data, layout, slot, mode) for slot in range(layout.capacity)}
         assert len(windows) == layout.capacity, f"mode {mode}"
 
@@ -100,7 +104,7 @@ def test_sparse_fill_has_one_byte_per_window(layout):
         layout.fill
     ]
     for slot in range(layout.capacity):
-        window = data[st_kv.window_byte_offsets(layout, slot, 2)]
+        window = data[st_kv.window_byte_offsets(layout, slot, ALL)]
         assert np.flatnonzero(window).tolist() == [position], slot
     assert np.all(data[st_kv.outside_byte_offsets(layout)] != 0)
 
@@ -114,9 +118,9 @@ def test_window_and_outside_offsets_partition_the_backing(layout):
     covered = np.zeros(layout.backing_bytes, dtype=np.int64)
     covered[outside] += 1
     for slot in range(layout.capacity):
-        assert st_kv.window_byte_offsets(layout, slot, 0).size == 0
-        partial = st_kv.window_byte_offsets(layout, slot, 1)
-        full = st_kv.window_byte_offsets(layout, slot, 2)
+        assert st_kv.window_byte_offsets(layout, slot, NONE).size == 0
+        partial = st_kv.window_byte_offsets(layout, slot, PARTIAL)
+        full = st_kv.window_byte_offsets(layout, slot, ALL)
         assert partial.size == 16 and full.size == layout.read_bytes
         np.testing.assert_array_equal(partial, full[:16], strict=True)
         covered[full] += 1
@@ -133,7 +137,7 @@ def test_windows_are_where_the_tensor_puts_the_slot(layout):
     for slot in range(layout.capacity):
         row, token = divmod(slot, layout.page_size)
         row_start = src.tensor.data_ptr() - base + row * row_stride_bytes
-        window = st_kv.window_byte_offsets(layout, slot, 2)
+        window = st_kv.window_byte_offsets(layout, slot, ALL)
         assert window[0] == row_start + token * layout.num_bytes_per_token
         assert window[-1] < row_start + layout.row_bytes
 
@@ -144,7 +148,7 @@ def test_outside_bytes_are_never_read(layout, data):
     """Rewriting every outside byte leaves the reference fingerprint of every slot unchanged."""
     src = st_kv.materialize(layout, "cpu")
     slots = np.arange(layout.capacity)
-    mode = data.draw(st.sampled_from((1, 2)), label="mode")
+    mode = data.draw(st.sampled_from((PARTIAL, ALL)), label="mode")
     before = reference.fingerprint([src.reference_source()], slots, mode)
     outside = torch.from_numpy(st_kv.outside_byte_offsets(layout))
     src.backing[outside] = src.backing[outside] ^ 0x5A
@@ -289,8 +293,8 @@ def test_default_dtypes_are_those_the_installed_torch_has():
 
 
 def test_modes_are_the_three_hash_modes():
-    """``modes()`` draws exactly 0, 1 and 2."""
-    assert set(collect(st_kv.modes(), 30)) == {0, 1, 2}
+    """``modes()`` draws exactly 0, 1 and 2: NONE, PARTIAL and ALL."""
+    assert set(collect(st_kv.modes(), 30)) == {NONE, PARTIAL, ALL}
 
 
 @pytest.mark.parametrize(
@@ -335,4 +339,4 @@ def test_window_offsets_reject_slots_outside_capacity():
     """``window_byte_offsets`` refuses a slot the layout does not have."""
     layout = collect(st_kv.source_layouts(min_rows=1), 1)[0]
     with pytest.raises(IndexError):
-        st_kv.window_byte_offsets(layout, layout.capacity, 2)
+        st_kv.window_byte_offsets(layout, layout.capacity, ALL)

@@ -6,14 +6,19 @@ import pytest
 from hypothesis.errors import InvalidArgument
 
 import strategies as st_kv
+from reference import RealKvHashMode
+
+NONE = RealKvHashMode.NONE
+ALL = RealKvHashMode.ALL
 
 
 def test_a_plain_world_has_one_source_for_every_slot():
     """By default: mode ALL, one flat source of exactly num_slots slots, an empty ring."""
     world = st_kv.world(num_slots=12)
-    assert (world.mode, world.num_slots, world.ring_start, len(world.sources)) == (2, 12, 0, 1)
+    assert (world.mode, world.num_slots, world.ring_start, len(world.sources)) == (ALL, 12, 0, 1)
     assert world.sources[0].capacity == 12
-    assert st_kv.world(sources=[], mode=0).sources == ()
+    # a CanaryWorld holds plain ints
+    assert st_kv.world(sources=[], mode=int(NONE)).sources == ()
 
 
 def test_a_source_too_small_for_the_world_is_refused():

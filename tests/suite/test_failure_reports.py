@@ -25,6 +25,7 @@ from conformance.assertions import (
     record_differences,
     ring_row_differences,
 )
+from reference import CanaryLaunchTag, FailReason, RealKvHashMode
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = "from canary import RealKvSource, RealKvHashMode, CanaryLaunchTag, fingerprint\n"
@@ -182,8 +183,9 @@ def test_no_shrink_leaves_shrinking_out(restore_profile):
 
 def test_ring_rows_differ_field_by_field():
     """A differing ring row names the column that differs, not the whole row in hex."""
-    want = [[1, 10, 5, 7, -1, -2414019407054260458, -2414019407054260458, 4]]
-    got = [[1, 10, 5, 7, 0, -2414019407054260458, -2414019407054260458, 4]]
+    kind, bits = CanaryLaunchTag.HEAD_V_FULL, FailReason.VERIFY_REAL_KV_HASH_MISMATCH
+    want = [[kind, 10, 5, 7, -1, -2414019407054260458, -2414019407054260458, bits]]
+    got = [[kind, 10, 5, 7, 0, -2414019407054260458, -2414019407054260458, bits]]
     assert ring_row_differences(got, want) == [
         "ring row 0 (slot 10): expected_token got 0, want -1"
     ]
@@ -211,6 +213,7 @@ def test_records_differ_field_by_field():
 
 def test_enums_print_by_name():
     """Launch tags, violation bits and modes print by name."""
+    # plain ints, deliberately: the names are for the int64 values a ring row or a world holds
     assert launch_tag_name(1) == "HEAD_V_FULL"
     assert launch_tag_name(99) == "99"
     assert fail_bits_name(5) == "CHAIN|REAL_KV"
@@ -243,7 +246,9 @@ LAYOUT = st_kv.layout(rows=2, page_size=2, num_bytes_per_token=128, read_bytes=6
 
 
 def fingerprint_snippet(impl_name: str) -> str:
-    return support.fingerprint_repro(impl_name, "cpu", (LAYOUT,), [0, 1, 2, 3], 1)
+    return support.fingerprint_repro(
+        impl_name, "cpu", (LAYOUT,), [0, 1, 2, 3], RealKvHashMode.PARTIAL
+    )
 
 
 def write_verify_snippet(impl_name: str) -> str:
@@ -251,14 +256,14 @@ def write_verify_snippet(impl_name: str) -> str:
     import canary
     from conformance.write_verify_support import run_verify, run_write, story
 
-    world = st_kv.CanaryWorld(
+    world = st_kv.CanaryWorld(  # plain ints: the snippet pastes the world's repr
         sources=(),
-        mode=0,
+        mode=int(RealKvHashMode.NONE),
         num_slots=8,
         slot_stride_bytes=32,
         ring_capacity=4,
         ring_start=0,
-        kernel_kind=1,
+        kernel_kind=int(CanaryLaunchTag.HEAD_V_FULL),
         chain_assert=0,
         seed=1,
     )

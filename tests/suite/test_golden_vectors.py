@@ -24,6 +24,7 @@ from conformance.write_verify_support import (
     implementation_outcome,
     reference_outcome,
 )
+from reference import CanaryLaunchTag, RealKvHashMode
 
 SPEC_PINNED = {
     "fp-spec-16-bytes-partial": "0x6041580849e6407d",
@@ -140,7 +141,7 @@ def test_fingerprint_vectors_cover_the_features(fingerprint_vectors):
         for v in fingerprint_vectors
         for s in v["sources"]
     ]
-    assert {v["mode"] for v in fingerprint_vectors} == {0, 1, 2}
+    assert {v["mode"] for v in fingerprint_vectors} == set(RealKvHashMode)
     assert len({layout.dtype for layout in layouts}) >= 7
     assert {1, 2, 16} <= {layout.page_size for layout in layouts}
     assert {len(v["sources"]) for v in fingerprint_vectors} == {0, 1, 2, 3, 4}
@@ -155,7 +156,7 @@ def test_fingerprint_vectors_cover_the_features(fingerprint_vectors):
     assert any(not v["slots"] for v in fingerprint_vectors)
     for vector in fingerprint_vectors:
         assert len(vector["hashes"]) == len(vector["slots"]), vector["id"]
-        if vector["mode"] == 0 or not vector["sources"]:
+        if vector["mode"] == RealKvHashMode.NONE or not vector["sources"]:
             assert set(vector["hashes"]) <= {hexu(0)}, vector["id"]
 
 
@@ -173,7 +174,7 @@ def test_write_verify_vectors_cover_the_features(write_verify_vectors):
     }
     assert {c["field"] for c in corruptions if c["kind"] == "field"} == {0, 1, 2, 3}
     worlds = [v["world"] for v in vectors]
-    assert {w["mode"] for w in worlds} == {0, 1, 2}
+    assert {w["mode"] for w in worlds} == set(RealKvHashMode)
     assert {len(w["sources"]) for w in worlds} >= {0, 1, 2, 4}
     assert {0, 1, 7} <= {w["chain_assert"] for w in worlds}
     assert {32, 40, 64} <= {w["slot_stride_bytes"] for w in worlds}
@@ -272,7 +273,9 @@ def test_scale_fingerprint_recipes_hold_their_edges(scale_vectors):
     a shared pool of two sources, every power-of-two edge of a pool past 2^16, the last slot."""
     page128 = expand(scale_vectors["fp-scale-page-128"]["recipe"])
     (layout,) = page128.layouts
-    assert layout.page_size == 128 and 2048 <= layout.capacity and page128.mode == 2
+    assert (
+        layout.page_size == 128 and 2048 <= layout.capacity and page128.mode == RealKvHashMode.ALL
+    )
     assert layout.read_bytes == 16 and layout.num_bytes_per_token <= 32
     in_page = {s % 128 for s in page128.slots}
     assert {0, 1, 63, 64, 65, 127} <= in_page
@@ -280,7 +283,7 @@ def test_scale_fingerprint_recipes_hold_their_edges(scale_vectors):
     assert layout.capacity - 1 in page128.slots
 
     page96 = expand(scale_vectors["fp-scale-page-96"]["recipe"])
-    assert page96.shared and len(page96.layouts) == 2 and page96.mode == 1
+    assert page96.shared and len(page96.layouts) == 2 and page96.mode == RealKvHashMode.PARTIAL
     assert {layout.page_size for layout in page96.layouts} == {96}
     assert {0, 63, 64, 95} <= {s % 96 for s in page96.slots}
     assert len({s // 96 for s in page96.slots}) >= 4
@@ -345,7 +348,7 @@ def test_scale_write_verify_recipes_report_exactly_their_wrong_entries(scale_vec
 
     world, steps = expand(scale_vectors["wv-scale-sweep-33000"]["recipe"])
     (op1, preset), (op2, verify) = steps
-    assert (op1, op2) == ("preset", "verify") and world.mode == 1
+    assert (op1, op2) == ("preset", "verify") and world.mode == RealKvHashMode.PARTIAL
     assert world.num_slots > 2**16 and world.ring_capacity == 1024
     assert [len(r.slots) for r in preset.requests] == [1000] * 33
     assert max(_slots_of(preset)) > 2**16 and verify.capacity == 33000
@@ -361,7 +364,9 @@ def test_scale_write_verify_recipes_report_exactly_their_wrong_entries(scale_vec
 
 def _tiny_world(**changes) -> st_kv.CanaryWorld:
     layout = st_kv.layout(rows=3, page_size=4, num_bytes_per_token=16, seed=5)
-    world = st_kv.CanaryWorld((layout,), 2, 12, 32, 4, 1, 0, 1, 7)
+    # a CanaryWorld holds plain ints
+    mode, kind = int(RealKvHashMode.ALL), int(CanaryLaunchTag.HEAD_K_FULL)
+    world = st_kv.CanaryWorld((layout,), mode, 12, 32, 4, 1, kind, 1, 7)
     return dataclasses.replace(world, **changes)
 
 
@@ -408,9 +413,9 @@ _TINY_PREFILL = {
     "page_size": 8,
     "bytes_per_token": 16,
     "read_bytes": 16,
-    "mode": 2,
+    "mode": int(RealKvHashMode.ALL),  # a recipe holds plain ints, as its JSON does
     "ring_capacity": 4,
-    "kernel_kind": 2,
+    "kernel_kind": int(CanaryLaunchTag.TAIL_K_FULL),
     "tokens": 8,
     "chunk": 4,
     "wrong_positions": 1,
