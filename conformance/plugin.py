@@ -344,7 +344,9 @@ MODULE_ORDER = (
     "test_spec_vectors.py",
     "test_source_validation.py",
     "test_golden.py",
-    "test_launch_validation.py",
+    "test_launch_refusals.py",
+    "test_argument_kinds.py",
+    "test_plans.py",
     "test_fingerprint.py",
     "test_write_verify.py",
 )

@@ -19,7 +19,6 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-import reference
 import strategies as st_kv
 from conformance import profiles
 from conformance.assertions import fail, row_text
@@ -30,6 +29,7 @@ from conformance.write_verify_support import (
     assert_world_holds,
     bit_names,
     code,
+    expected_reports,
     launch_and_compare,
     reports_of,
     run_verify,
@@ -307,8 +307,8 @@ def test_each_corruption_is_reported_exactly(impl, device, case):
     check_token = batch.check_token
     records = made.records()
     page_size = made.world.sources[corruption.source].page_size if made.world.sources else 1
-    expected = reference.corruption_reports(
-        st_kv.plan_for_chains(chains),
+    expected = expected_reports(
+        chains,
         corruption,
         check_token=check_token,
         page_size=page_size,

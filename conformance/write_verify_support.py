@@ -40,6 +40,7 @@ __all__ = [
     "check_world",
     "code",
     "differences",
+    "expected_reports",
     "implementation_outcome",
     "implementation_write_verify",
     "launch_rows",
@@ -281,6 +282,13 @@ def reports_of(snapshot: Snapshot, since: int) -> dict[int, int]:
 def bit_names(reports: dict[int, int]) -> str:
     """``{slot: bits}`` with the bits by name: ``{3: CHAIN|REAL_KV, 5: TOKEN}``."""
     return "{" + ", ".join(f"{s}: {fail_bits_name(b)}" for s, b in sorted(reports.items())) + "}"
+
+
+def expected_reports(chains: tuple[st_kv.Chain, ...], corruption, **options) -> dict[int, int]:
+    """The ``{slot: FailReason bits}`` that verifying :func:`strategies.plan_for_chains` over
+    ``chains`` must report after ``corruption``: the reference's corruption oracle
+    (:func:`reference.corruption_reports`, which says what ``options`` are) on that plan."""
+    return reference.corruption_reports(st_kv.plan_for_chains(chains), corruption, **options)
 
 
 # ---------------------------------------------------------------------------------------------

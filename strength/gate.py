@@ -109,7 +109,9 @@ def load_targets() -> tuple[list[Target], list[Target]]:
 FAST_FIRST = (
     "test_spec_vectors.py",
     "test_source_validation.py",
-    "test_launch_validation.py",
+    "test_launch_refusals.py",
+    "test_argument_kinds.py",
+    "test_plans.py",
     "test_golden.py",
     "test_fingerprint.py",
     "test_write_verify.py",
@@ -126,7 +128,9 @@ VECTOR_MODULES = ("test_golden.py", "test_golden_scale.py", "test_spec_vectors.p
 QUICK_MODULES = (
     "test_spec_vectors.py",
     "test_source_validation.py",
-    "test_launch_validation.py",
+    "test_launch_refusals.py",
+    "test_argument_kinds.py",
+    "test_plans.py",
     "test_golden.py",
 )
 

@@ -68,7 +68,7 @@ _S = "scale"
 _SV, _FP, _LV, _WV = (
     "test_source_validation.py::",
     "test_fingerprint.py::",
-    "test_launch_validation.py::",
+    "test_launch_refusals.py::",
     "test_write_verify.py::",
 )
 _GOLD_FP, _GOLD_WV = (

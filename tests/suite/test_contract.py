@@ -18,7 +18,10 @@ CONTRACT = ROOT / "docs" / "CONTRACT.md"
 # The modules whose strings become failure messages.
 MESSAGE_MODULES = sorted(
     [*ROOT.glob("conformance/test_*.py")]
-    + [ROOT / "conformance" / name for name in ("assertions.py", "support.py", "report.py")]
+    + [
+        ROOT / "conformance" / name
+        for name in ("assertions.py", "support.py", "report.py", "launches.py")
+    ]
 )
 PLACEHOLDER = re.compile(r"\{[^{}]*\}")
 
@@ -92,13 +95,13 @@ def test_template_matching_can_fail():
 
 def exact_messages_of_the_tables() -> list[tuple[str, str]]:
     """(where, message) of every message the suite's hand-written tables compare exactly."""
-    from conformance import test_launch_validation as launch
+    from conformance import test_launch_refusals as launch
     from conformance import test_source_validation as source
 
-    found = [("test_launch_validation.CAP_MESSAGE", launch.CAP_MESSAGE)]
-    for name, _kinds, _breaker, _error, message, _words in launch.CASES:
-        if message is not None:
-            found.append((f"test_launch_validation.CASES[{name}]", message))
+    found = [("test_launch_refusals.CAP_MESSAGE", launch.CAP_MESSAGE)]
+    for case in launch.CASES:
+        if case.message is not None:
+            found.append((f"test_launch_refusals.CASES[{case.name}]", case.message))
     for case in source.CASES:
         found.append((f"test_source_validation.CASES[{case[0]}]", case[-1]))
     return found
@@ -231,6 +234,6 @@ def test_readme_points_to_the_contract():
 )
 def test_words_are_matched_as_whole_tokens(message, word, named):
     """The launch tables' word checks match a whole token: "4" is not found in "40"."""
-    from conformance.test_launch_validation import names
+    from conformance.launches import names
 
     assert names(message, word) is named
