@@ -15,6 +15,7 @@ Use it with the conformance suite as ``--canary-impl canary_torch``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 
@@ -227,8 +228,9 @@ def launch_canary_write_kernel(
     running = _walk_chains(chain_start, first_kept, kept_per_request, token, pos)
 
     if enable_write_input_assert:
-        want_token = expected_input_tokens[kept].to(torch.int64)
-        want_pos = expected_input_positions[kept].to(torch.int64)
+        # write_launch refused a None expected tensor when the assert is on
+        want_token = cast(torch.Tensor, expected_input_tokens)[kept].to(torch.int64)
+        want_pos = cast(torch.Tensor, expected_input_positions)[kept].to(torch.int64)
         input_bits = torch.where(token != want_token, _WRITE_TOKEN, 0)
         input_bits |= torch.where(pos != want_pos, _WRITE_POSITION, 0)
         input_rows = _violation_rows(

@@ -9,6 +9,7 @@ changes, so a launch that raises leaves every array untouched.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -382,7 +383,11 @@ def _load_field(canary_buf: np.ndarray, slot: int, field: int) -> int:
 
 
 def _load_fields(canary_buf: np.ndarray, slot: int) -> tuple[int, int, int, int]:
-    return tuple(_load_field(canary_buf, slot, field) for field in CanaryField)
+    # one value per CanaryField, of which there are four
+    return cast(
+        "tuple[int, int, int, int]",
+        tuple(_load_field(canary_buf, slot, field) for field in CanaryField),
+    )
 
 
 def _store_fields(canary_buf: np.ndarray, slot: int, values: tuple[int, int, int, int]) -> None:
@@ -421,7 +426,8 @@ def _check_canary_buf(canary_buf: np.ndarray) -> int:
             f"kv-canary: context.canary_buf slot stride must be >= {CANARY_SLOT_BYTES} bytes "
             f"and a multiple of {_FIELD_BYTES}, got {slot_stride_bytes}"
         )
-    return canary_buf.shape[0]
+    num_slots: int = canary_buf.shape[0]
+    return num_slots
 
 
 def _check_slot_index(slot: int, num_slots: int, name: str, *, skip: bool = False) -> None:

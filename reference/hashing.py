@@ -59,6 +59,15 @@ def splitmix64(x):
     return _splitmix64_int(_as_int(x) & U64_MASK)
 
 
+@overload
+def splitmix64_mix3(a: int, b: int, c: int) -> int: ...
+# any array argument gives an array: one overload per position of the first array
+@overload
+def splitmix64_mix3(a: np.ndarray, b: int | np.ndarray, c: int | np.ndarray) -> np.ndarray: ...
+@overload
+def splitmix64_mix3(a: int, b: np.ndarray, c: int | np.ndarray) -> np.ndarray: ...
+@overload
+def splitmix64_mix3(a: int, b: int, c: np.ndarray) -> np.ndarray: ...
 def splitmix64_mix3(a, b, c):
     """``sm(sm(sm(a) ^ b) ^ c)``: order-sensitive, and equal inputs do not cancel.
 

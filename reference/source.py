@@ -62,7 +62,8 @@ class Source:
     @property
     def capacity(self) -> int:
         """Number of addressable slots: ``rows * page_size``."""
-        return self.data.shape[0] * self.page_size
+        rows: int = self.data.shape[0]
+        return rows * self.page_size
 
 
 def fingerprint(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import SupportsInt, cast
 
 import numpy as np
 
@@ -45,9 +46,9 @@ def validate_source(desc: SourceDescription) -> tuple[type[Exception], str] | No
 
     # From here on the values are known integers; Python ints print exactly like numpy
     # integers in f-strings and cannot overflow in the products below.
-    page_size = int(desc.page_size)
-    num_bytes_per_token = int(desc.num_bytes_per_token)
-    read_bytes = int(desc.read_bytes)
+    page_size = int(cast(SupportsInt, desc.page_size))
+    num_bytes_per_token = int(cast(SupportsInt, desc.num_bytes_per_token))
+    read_bytes = int(cast(SupportsInt, desc.read_bytes))
     shape = tuple(int(n) for n in desc.shape)
     strides = tuple(int(n) for n in desc.strides)
 

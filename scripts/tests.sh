@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The project's own tests: lint; every kernel variant compiled for sm_90 and gfx942; the
-# known-bad gate (the conformance suite must pass on canary and canary_torch and fail
-# on every known-bad module); the SGLang leg; then the self-tests of canary, reference,
+# The project's own tests: lint (ruff, mypy); every kernel variant compiled for sm_90 and
+# gfx942; the known-bad gate (the conformance suite must pass on canary and canary_torch and
+# fail on every known-bad module); the SGLang leg; then the self-tests of canary, reference,
 # strategies, the suite and the benchmarks' helpers. Extra arguments go to pytest.
 source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
 cd "$root"
 "$venv/bin/ruff" check .
 "$venv/bin/ruff" format --check .
+# types of canary, canary_torch, reference and strategies ([tool.mypy] in pyproject.toml)
+"$venv/bin/mypy"
 # every kernel variant compiled for an NVIDIA and an AMD target, no GPU needed (tox -m compile
 # covers the whole matrix): the interpreter runs code that the compiler rejects
 "$py" -W ignore::UserWarning -m tools.compile_check --target cuda:90 --target hip:gfx942

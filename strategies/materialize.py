@@ -340,7 +340,8 @@ class MaterializedWorld:
 
 
 def _host(tensor: torch.Tensor) -> np.ndarray:
-    return tensor.detach().cpu().numpy().copy()
+    host: np.ndarray = tensor.detach().cpu().numpy().copy()
+    return host
 
 
 def materialize_world(world: CanaryWorld, device) -> MaterializedWorld:

@@ -135,7 +135,8 @@ def _verify_batches(draw, chains, exact, max_padding, min_checked) -> VerifyBatc
         entries = entries or [(0, -1, 0, 0)]  # a plan has at least one entry: padding
         n = len(entries)
         columns = list(zip(*entries, strict=True)) if entries else [(), (), (), ()]
-        return VerifyBatch(*map(tuple, columns), num_valid=n, enable=1, check_token=True)
+        slots, tokens, positions, prevs = map(tuple, columns)
+        return VerifyBatch(slots, tokens, positions, prevs, num_valid=n, enable=1, check_token=True)
     entries = list(draw(st.permutations(entries), label="entry order"))
     varied = []
     for slot, token, position, prev in entries:
@@ -158,14 +159,17 @@ def _verify_batches(draw, chains, exact, max_padding, min_checked) -> VerifyBatc
         varied.insert(draw(st.integers(0, len(varied)), label="padding at"), (0, -1, 0, 0))
     if not varied:
         varied = [(0, -1, 0, 0)]
-    columns = [tuple(column) for column in zip(*varied, strict=True)]
+    slots, tokens, positions, prevs = (tuple(column) for column in zip(*varied, strict=True))
     lowest = -2
     if min_checked:
         # num_valid reaches the min_checked-th entry that names a slot other than 0
         checked_at = [k for k, (slot, *_) in enumerate(varied) if slot != 0]
         lowest = checked_at[min_checked - 1] + 1
     return VerifyBatch(
-        *columns,
+        slots,
+        tokens,
+        positions,
+        prevs,
         num_valid=draw(st.integers(lowest, len(varied) + 2), label="num_valid"),
         enable=draw(st.sampled_from([1, 1, 2] if min_checked else [1, 1, 2, 0]), label="enable"),
         check_token=draw(st.booleans(), label="check_token"),
@@ -180,8 +184,11 @@ def _bulk_verify_batches(draw, entries, exact, max_padding, min_checked) -> Veri
     columns = np.asarray(entries, dtype=object).T  # slot, token, position, prev
     n = len(entries)
     if exact:
-        slots, tokens, positions, prevs = (tuple(int(v) for v in c) for c in columns)
-        return VerifyBatch(slots, tokens, positions, prevs, num_valid=n, enable=1, check_token=True)
+        # tuples here; the shuffled path below edits lists of the same names
+        slot_t, token_t, position_t, prev_t = (tuple(int(v) for v in c) for c in columns)
+        return VerifyBatch(
+            slot_t, token_t, position_t, prev_t, num_valid=n, enable=1, check_token=True
+        )
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="bulk seed"))
     order = rng.permutation(n)
     slots, tokens, positions, prevs = ([int(v) for v in c[order]] for c in columns)
