@@ -22,9 +22,9 @@ under test that the suite must know before it collects:
 
 - **Capabilities.** The module under test may declare ``CANARY_CAPABILITIES``, a dict; the
   suite knows ``source_ndim_max`` (an int >= 2: the highest rank of a source tensor it takes).
-  It is handed to the strategies (:func:`strategies.set_source_ndim_max`), so that generated
-  layouts, the suite's fixed layouts and its launch-validation world stay within it, and the
-  suite's dedicated N-D tests alone show the limit.
+  It becomes :data:`conformance.profiles.SOURCE_NDIM_MAX`, which the suite passes to the
+  strategies (``max_ndim``), so that generated layouts, the suite's fixed layouts and its
+  launch-check world stay within it, and the suite's dedicated N-D tests alone show the limit.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import pytest
 from hypothesis import settings
 
-import strategies
+from conformance import profiles
 
 KNOWN_CAPABILITIES = ("source_ndim_max",)
 _SEPARATOR = " # "
@@ -155,12 +155,12 @@ def pytest_configure(config: pytest.Config) -> None:
         selection.profile = fixed
     declared = capabilities(selection.module) if selection is not None else {}
     config._canary_capabilities = declared
-    strategies.set_source_ndim_max(declared.get("source_ndim_max"))
+    profiles.SOURCE_NDIM_MAX = declared.get("source_ndim_max")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if hasattr(config, "_canary_capabilities"):
-        strategies.set_source_ndim_max(None)
+        profiles.SOURCE_NDIM_MAX = None
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

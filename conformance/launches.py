@@ -14,7 +14,7 @@ import torch
 
 import reference
 import strategies as st_kv
-from conformance import write_verify_support
+from conformance import profiles, write_verify_support
 
 NUM_SLOTS = 8
 
@@ -101,7 +101,8 @@ def source_layout() -> st_kv.SourceLayout:
     """The one source of the test world."""
     rows = dict(dtype="bfloat16", row_shape=(2, 64), page_size=4, num_bytes_per_token=64, seed=3)
     layout = st_kv.layout(**rows, read_bytes=32, gap_bytes=256, offset_bytes=32, tail_bytes=16)
-    return st_kv.fit_source_ndim(layout)  # [4, 128] for a 2-D-only implementation
+    # [4, 128] for a 2-D-only implementation
+    return st_kv.fit_source_ndim(layout, profiles.SOURCE_NDIM_MAX)
 
 
 def world(impl, device) -> tuple[st_kv.MaterializedWorld, dict]:

@@ -124,13 +124,18 @@ def examples(share: float = 1.0) -> settings:
 
 # Set by the plugin once the device is known: data sizes shrink with the example counts.
 ON_CPU = True
+# Set by the plugin from the implementation's CANARY_CAPABILITIES (conformance.expectations):
+# the highest rank, rows included, of a source tensor it takes; None, no limit. Every layout the
+# suite draws or fixes is kept within it (layout_sizes(), strategies.fit_source_ndim).
+SOURCE_NDIM_MAX: int | None = None
 
 
 def layout_sizes() -> dict:
-    """Size caps for :func:`strategies.source_layouts` on this run's device."""
+    """Size caps for :func:`strategies.source_layouts` on this run's device, and the rank cap
+    of the implementation under test (:data:`SOURCE_NDIM_MAX`)."""
     if ON_CPU:
-        return dict(max_rows=4, max_page_size=8, max_bytes_per_token=128)
-    return dict(max_rows=16, max_page_size=32, max_bytes_per_token=512)
+        return dict(max_rows=4, max_page_size=8, max_bytes_per_token=128, max_ndim=SOURCE_NDIM_MAX)
+    return dict(max_rows=16, max_page_size=32, max_bytes_per_token=512, max_ndim=SOURCE_NDIM_MAX)
 
 
 def max_slots() -> int:

@@ -123,7 +123,8 @@ def storage_of(tensor: torch.Tensor) -> tuple[int, int]:
 def _layout(**fields) -> st_kv.SourceLayout:
     """Three rows of three 32-byte tokens (seed 7) but for ``fields``, within the
     implementation's declared source rank (CANARY_CAPABILITIES), same bytes."""
-    return st_kv.fit_source_ndim(st_kv.layout(**{"rows": 3, "page_size": 3, "seed": 7, **fields}))
+    fixed = st_kv.layout(**{"rows": 3, "page_size": 3, "seed": 7, **fields})
+    return st_kv.fit_source_ndim(fixed, profiles.SOURCE_NDIM_MAX)
 
 
 #: bf16 [3, 2, 48] rows (page 2, 64 B/token, read 48) with a hole, a gap and an offset.
@@ -138,7 +139,7 @@ PAGE_MAPPING = st_kv.FingerprintCase(  # row = s // page_size, not s % page_size
     layouts=(_layout(),), slots=(0, 1, 2, 3, 4, 5, 8, 7), mode=2
 )
 ROW_STRIDE_NOT_SHAPE = st_kv.FingerprintCase(  # bf16 [3, 2, 48] rows with a hole, a gap, an offset
-    layouts=(st_kv.fit_source_ndim(BF16_HOLE_GAP_OFFSET),),
+    layouts=(st_kv.fit_source_ndim(BF16_HOLE_GAP_OFFSET, profiles.SOURCE_NDIM_MAX),),
     slots=(5, 4, 3, 2, 1, 0),
     mode=2,
 )

@@ -51,8 +51,11 @@ from conformance.write_verify_support import (
 )
 
 #: Layout options of every world here: short read windows (at most 32 bytes a token) over
-#: many slots, pages up to 256 (non-powers of two among them), and memory bounded.
-_SCALE_LAYOUTS = dict(max_page_size=256, max_bytes_per_token=32, max_rows=2**22)
+#: many slots, pages up to 256 (non-powers of two among them), memory bounded, and the
+#: implementation's rank cap.
+_SCALE_LAYOUTS = dict(
+    max_page_size=256, max_bytes_per_token=32, max_rows=2**22, max_ndim=profiles.SOURCE_NDIM_MAX
+)
 
 
 def scale_worlds(*, min_slots: int, max_slots: int, **options) -> st.SearchStrategy:
@@ -255,6 +258,7 @@ def pool_cases(draw) -> PoolCase:
         max_bytes_per_token=32,
         max_rows=2**22,
         max_page_size=sizes["page_sizes"][1],
+        max_ndim=profiles.SOURCE_NDIM_MAX,
     )
     big = draw(
         st_kv.source_layouts(**options, min_page_size=sizes["page_sizes"][0]), label="big pages"

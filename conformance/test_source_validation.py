@@ -278,12 +278,13 @@ def test_valid_configs_are_accepted(impl, device, layout, int_types):
 @given(data=st.data())
 def test_each_rule_raises_its_error(impl, device, rule, data):
     """A config breaking only rule N raises rule N's exact exception type and message."""
-    case = data.draw(st_kv.invalid_source_cases(rule=rule), label="case")
+    cases = st_kv.invalid_source_cases(rule=rule, max_ndim=profiles.SOURCE_NDIM_MAX)
+    case = data.draw(cases, label="case")
     check_case(impl, case, device)
 
 
 @examples(1.0)
-@given(case=st_kv.multi_invalid_source_cases())
+@given(case=st_kv.multi_invalid_source_cases(max_ndim=profiles.SOURCE_NDIM_MAX))
 def test_first_broken_rule_wins(impl, device, case):
     """A config breaking several rules raises the error of the first of them in the contract's order."""
     check_case(impl, case, device)

@@ -43,7 +43,7 @@ pytestmark = pytest.mark.write_verify
 
 def world_kwargs() -> dict:
     sizes = profiles.layout_sizes()
-    return dict(max_rows=sizes["max_rows"], max_page_size=sizes["max_page_size"])
+    return {key: sizes[key] for key in ("max_rows", "max_page_size", "max_ndim")}
 
 
 # ---------------------------------------------------------------------------------------------

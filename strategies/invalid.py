@@ -27,8 +27,8 @@ from strategies.layouts import (
     _align16,
     _row_shapes,
     default_dtypes,
-    source_ndim_max,
 )
+from strategies.sizes import check_int
 
 __all__ = [
     "FIELDS",
@@ -263,7 +263,7 @@ def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 @st.composite
-def _invalid_case(draw, break_sets_by_rule):
+def _invalid_case(draw, break_sets_by_rule, max_ndim):
     # The winning rule first, then a combination with it: every rule wins equally often.
     winning_rule = draw(st.sampled_from(sorted(break_sets_by_rule)))
     breaks = draw(st.sampled_from(break_sets_by_rule[winning_rule]))
@@ -344,7 +344,7 @@ def _invalid_case(draw, break_sets_by_rule):
         if variant == "flat":
             obj = ObjectSpec(kind="tensor", shape=(rows * row_elems,), strides=(1,), **common)
         else:
-            ops = (("select", 0, draw(st.integers(0, rows - 1))),)
+            ops: tuple[tuple, ...] = (("select", 0, draw(st.integers(0, rows - 1))),)
             if variant == "scalar":
                 # Element 0 of a row keeps the row's 16-byte alignment.
                 ops += (("select", 0, 0),)
@@ -357,6 +357,7 @@ def _invalid_case(draw, break_sets_by_rule):
             )
     else:
         classic = False
+        base_inner: tuple[int, ...]
         if "not_dense" in breaks:
             variant = draw(st.sampled_from(("transpose", "step", "narrow")))
             if variant == "transpose":
@@ -377,7 +378,7 @@ def _invalid_case(draw, break_sets_by_rule):
             off_grid = need - 8 if "too_narrow" in breaks else need + 8
             base_inner, ops = (off_grid // element_size,), ()
         else:
-            base_inner, ops = draw(_row_shapes(row_elems, True, source_ndim_max())), ()
+            base_inner, ops = draw(_row_shapes(row_elems, True, max_ndim)), ()
         base_row_bytes = math.prod(base_inner) * element_size
         gap_bytes = 0 if classic else 16 * draw(st.integers(0, 2))
         if "row_stride" in breaks:
@@ -420,7 +421,9 @@ def _invalid_case(draw, break_sets_by_rule):
     )
 
 
-def invalid_source_cases(*, rule: int | None = None) -> st.SearchStrategy[InvalidSourceCase]:
+def invalid_source_cases(
+    *, rule: int | None = None, max_ndim: int | None = None
+) -> st.SearchStrategy[InvalidSourceCase]:
     """RealKvSource arguments that break exactly one CONTRACT §3 rule (``rule``, or any of 1..10).
 
     Realistic objects per rule: 1 an ndarray / list / None / a ``(k, v)`` tuple; 2 a float,
@@ -432,6 +435,8 @@ def invalid_source_cases(*, rule: int | None = None) -> st.SearchStrategy[Invali
     sliced view whose row stride is still fine; 9 a row narrower than ``page_size *
     num_bytes_per_token``; 10 a view 1..15 bytes into an aligned buffer. ``num_bytes_per_token``
     of 0, 8 or negative breaks rule 5 too, so it is in :func:`multi_invalid_source_cases`.
+    ``max_ndim`` caps the rank of the N-D rows drawn for valid parts (as in
+    :func:`source_layouts`); None: no cap.
 
     Example draw from ``invalid_source_cases(rule=7)``::
 
@@ -449,14 +454,18 @@ def invalid_source_cases(*, rule: int | None = None) -> st.SearchStrategy[Invali
         raise InvalidArgument(f"rule={rule!r} must be None or an int in 1..10")
     else:
         rules = (rule,)
-    return _invalid_case({r: (frozenset({_SINGLE_BREAK[r]}),) for r in rules})
+    _check_max_ndim(max_ndim)
+    return _invalid_case({r: (frozenset({_SINGLE_BREAK[r]}),) for r in rules}, max_ndim)
 
 
-def multi_invalid_source_cases(*, rule: int | None = None) -> st.SearchStrategy[InvalidSourceCase]:
+def multi_invalid_source_cases(
+    *, rule: int | None = None, max_ndim: int | None = None
+) -> st.SearchStrategy[InvalidSourceCase]:
     """RealKvSource arguments that break two or more CONTRACT §3 rules; the first one must win.
 
     Each winning rule (1..9; rule 10 is last, so it never wins over another) is drawn
-    equally often; ``rule`` keeps only cases where that rule wins.
+    equally often; ``rule`` keeps only cases where that rule wins; ``max_ndim`` as in
+    :func:`invalid_source_cases`.
 
     Example draw::
 
@@ -465,11 +474,17 @@ def multi_invalid_source_cases(*, rule: int | None = None) -> st.SearchStrategy[
             expected=(ValueError, 'kv-canary: RealKvSource.page_size must be >= 1, got 0'),
             ...)
     """
+    _check_max_ndim(max_ndim)
     if rule is None:
-        return _invalid_case(_MULTI_BREAK_SETS)
+        return _invalid_case(_MULTI_BREAK_SETS, max_ndim)
     if isinstance(rule, bool) or not isinstance(rule, int) or rule not in _MULTI_BREAK_SETS:
         raise InvalidArgument(
             f"rule={rule!r} must be None or one of {sorted(_MULTI_BREAK_SETS)} (a rule that can "
             "be the first of several)"
         )
-    return _invalid_case({rule: _MULTI_BREAK_SETS[rule]})
+    return _invalid_case({rule: _MULTI_BREAK_SETS[rule]}, max_ndim)
+
+
+def _check_max_ndim(max_ndim: int | None) -> None:
+    if max_ndim is not None:
+        check_int("max_ndim", max_ndim, 2, 64)

@@ -40,9 +40,7 @@ __all__ = [
     "capacity_edges",
     "slot_indices",
     "slot_window_starts",
-    "set_source_ndim_max",
     "source_layouts",
-    "source_ndim_max",
     "source_tuples",
     "window_byte_offsets",
 ]
@@ -116,34 +114,15 @@ def _align16(n: int) -> int:
     return -(-n // 16) * 16
 
 
-# The highest tensor rank (rows included) a drawn layout may have; None: no limit. It is a
-# capability of the implementation under test (an engine whose launch contract takes
-# ``[rows, bytes]`` views only declares 2), set once per run before any strategy draws.
-_source_ndim_max: int | None = None
+def fit_source_ndim(layout: SourceLayout, max_ndim: int | None) -> SourceLayout:
+    """``layout``, with its row flattened (same bytes, same strides in bytes) if its rank
+    (rows included) is above ``max_ndim``; unchanged otherwise, and always with ``None``.
 
-
-def set_source_ndim_max(ndim: int | None) -> None:
-    """Limit every layout drawn from now on (and :func:`fit_source_ndim`) to ``ndim`` dims.
-
-    ``None`` lifts the limit. ``2`` means flat rows only: ``[rows, elements]`` views, so an
-    implementation that refuses N-D sources still meets every hashing, chain, ring and
-    counter property; the N-D cases are then the suite's dedicated N-D tests alone.
+    ``max_ndim`` is a capability of the implementation under test: an engine whose launch
+    contract takes ``[rows, bytes]`` views only declares 2, and the fixed layouts of a suite
+    are fitted to it as :func:`source_layouts` (``max_ndim=``) draws within it.
     """
-    global _source_ndim_max
-    if ndim is not None:
-        check_int("ndim", ndim, 2, 64)
-    _source_ndim_max = ndim
-
-
-def source_ndim_max() -> int | None:
-    """The limit set by :func:`set_source_ndim_max` (None: none)."""
-    return _source_ndim_max
-
-
-def fit_source_ndim(layout: SourceLayout) -> SourceLayout:
-    """``layout``, with its row flattened (same bytes, same strides in bytes) if the limit
-    of :func:`set_source_ndim_max` is below its rank; unchanged otherwise."""
-    if _source_ndim_max is None or 1 + len(layout.row_shape) <= _source_ndim_max:
+    if max_ndim is None or 1 + len(layout.row_shape) <= max_ndim:
         return layout
     return dataclasses.replace(layout, row_shape=(math.prod(layout.row_shape),))
 
@@ -279,8 +258,8 @@ def _row_shapes(
     flat = st.just((row_elems,))
     if not nd_rows or (ndim_max is not None and ndim_max <= 2):
         return flat
-    two_d = []
-    three_d = []
+    two_d: list[tuple[int, ...]] = []
+    three_d: list[tuple[int, ...]] = []
     # (heads, head_dim), and (tokens, heads, head_dim) when the row splits three ways.
     for outer in range(2, min(row_elems, 64) + 1):
         if row_elems % outer:
@@ -316,6 +295,7 @@ def _source_layouts(
     min_capacity,
     min_page_size,
     max_capacity,
+    max_ndim,
 ):
     dtype = draw(st.sampled_from(dtypes))
     element_size = ELEMENT_SIZES[dtype]
@@ -336,7 +316,7 @@ def _source_layouts(
         unit = 16 if not row_gaps else element_size
         hole_bytes = unit * draw(st.integers(0, max(1, 48 // unit)))
     row_elems = (slot_layout_bytes + hole_bytes) // element_size
-    row_shape = draw(_row_shapes(row_elems, nd_rows, _source_ndim_max))
+    row_shape = draw(_row_shapes(row_elems, nd_rows, max_ndim))
     row_bytes = row_elems * element_size
 
     row_stride_bytes = _align16(row_bytes)
@@ -378,6 +358,7 @@ def source_layouts(
     min_capacity: int = 0,
     min_page_size: int = 1,
     max_capacity: int | None = None,
+    max_ndim: int | None = None,
 ) -> st.SearchStrategy[SourceLayout]:
     """Valid RealKvSource layouts: every CONTRACT §3 rule holds for the view they describe.
 
@@ -385,7 +366,8 @@ def source_layouts(
     has (:func:`default_dtypes`). ``holes`` lets a row be longer than ``page_size * num_bytes_per_token``;
     ``row_gaps`` lets the row stride exceed the row; ``offsets`` puts bytes before the view
     and after its last row; ``nd_rows`` draws rows like ``(heads, head_dim)`` as well as
-    flat ones, within the rank limit of :func:`set_source_ndim_max`; ``fills`` is drawn from :data:`FILLS`. Every layout has
+    flat ones; ``max_ndim`` (None: no limit, else at least 2) caps the tensor's rank, rows
+    included (2: flat rows only); ``fills`` is drawn from :data:`FILLS`. Every layout has
     ``capacity >= min_capacity``, and with ``max_capacity`` at most that many slots unless
     ``min_rows`` or ``min_capacity`` need more (a bound on memory for pools of many rows).
     Page sizes (from ``min_page_size``) and row counts are drawn by :func:`strategies.sizes`,
@@ -414,6 +396,8 @@ def source_layouts(
     check_int("min_capacity", min_capacity, 0, max_rows * max_page_size)
     if max_capacity is not None:
         check_int("max_capacity", max_capacity, max(min_capacity, 1), _MAX_ROWS * _MAX_PAGE_SIZE)
+    if max_ndim is not None:
+        check_int("max_ndim", max_ndim, 2, 64)
     fills = tuple(fills)
     if not fills or any(f not in FILLS for f in fills):
         raise InvalidArgument(f"fills={fills!r} must be a non-empty subset of {FILLS}")
@@ -603,9 +587,10 @@ def slot_window_starts(layout: SourceLayout) -> np.ndarray:
     """Offset inside the backing buffer of the first byte each slot reads, int64 ``[capacity]``."""
     slots = np.arange(layout.capacity, dtype=np.int64)
     rows, tokens = np.divmod(slots, layout.page_size)
-    return (
+    starts: np.ndarray = (
         layout.offset_bytes + rows * layout.row_stride_bytes + tokens * layout.num_bytes_per_token
     )
+    return starts
 
 
 def window_byte_offsets(layout: SourceLayout, slot: int, mode) -> np.ndarray:

@@ -9,6 +9,7 @@ import textwrap
 import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
+from hypothesis.errors import InvalidArgument
 
 import strategies as st_kv
 from conformance.expectations import ExpectationsError, parse
@@ -109,7 +110,8 @@ def test_globs_and_unmatched_entries(tmp_path):
 
 
 def test_declared_capability_limits_the_drawn_layouts(tmp_path):
-    """An implementation declaring source_ndim_max=2 gets 2-D layouts only, drawn and fitted."""
+    """An implementation declaring source_ndim_max=2 gets 2-D layouts only, drawn and fitted:
+    the suite hands the cap to the strategies (``conformance.profiles``)."""
     (tmp_path / "two_d_impl.py").write_text(
         "from canary import *  # noqa\nfrom canary import fingerprint, RealKvSource\n"
         "CANARY_CAPABILITIES = {'source_ndim_max': 2}\n"
@@ -118,9 +120,10 @@ def test_declared_capability_limits_the_drawn_layouts(tmp_path):
     import dataclasses
     from hypothesis import given, settings
     import strategies as st_kv
+    from conformance import profiles
 
     @settings(max_examples=200, database=None)
-    @given(st_kv.source_layouts())
+    @given(st_kv.source_layouts(**profiles.layout_sizes()))
     def test_two_d(layout):
         assert len(layout.shape) == 2
 
@@ -128,7 +131,7 @@ def test_declared_capability_limits_the_drawn_layouts(tmp_path):
         layout = st_kv.SourceLayout(dtype="bfloat16", rows=2, row_shape=(2, 64), page_size=4,
             num_bytes_per_token=64, read_bytes=32, row_stride_bytes=256, offset_bytes=0,
             tail_bytes=0, fill="dense", seed=1)
-        fitted = st_kv.fit_source_ndim(layout)
+        fitted = st_kv.fit_source_ndim(layout, profiles.SOURCE_NDIM_MAX)
         assert fitted.shape == (2, 128)
         assert dataclasses.replace(fitted, row_shape=(2, 64)) == layout
     """
@@ -172,10 +175,19 @@ def test_parse_reads_reason_and_exception():
 @settings(max_examples=50, database=None)
 @given(data=st.data())
 def test_limit_applies_to_draws(data):
-    """With the limit set, every drawn layout is 2-D; lifting it restores N-D draws."""
-    st_kv.set_source_ndim_max(2)
-    try:
-        layout = data.draw(st_kv.source_layouts())
-    finally:
-        st_kv.set_source_ndim_max(None)
+    """With max_ndim=2 every drawn layout and every valid part of an invalid case is 2-D."""
+    layout = data.draw(st_kv.source_layouts(max_ndim=2))
     assert len(layout.shape) == 2
+    case = data.draw(st_kv.invalid_source_cases(rule=10, max_ndim=2))
+    assert case.obj.kind != "tensor" or len(case.obj.shape) == 2
+
+
+def test_the_limit_is_an_argument_checked_like_the_others():
+    """max_ndim is None or an int >= 2; fitting with None changes nothing."""
+    with pytest.raises(InvalidArgument, match="max_ndim=1 must be an int in"):
+        st_kv.source_layouts(max_ndim=1)
+    with pytest.raises(InvalidArgument, match="max_ndim=True must be an int"):
+        st_kv.multi_invalid_source_cases(max_ndim=True)
+    layout = st_kv.layout(rows=2, row_shape=(2, 16))
+    assert st_kv.fit_source_ndim(layout, None) is layout
+    assert st_kv.fit_source_ndim(layout, 2).row_shape == (32,)
