@@ -8,6 +8,7 @@ Each is a dict with a stable ``id``, a one-line ``what``, its sources (a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import strategies as st_kv
@@ -104,24 +105,13 @@ def fingerprint_scenarios() -> list[dict]:
     one("fp-row-gaps-all", "48 B between rows: rows addressed by stride(0)", [layout], 2)
     layout = st_kv.layout(dtype="float32", page_size=2, offset_bytes=64, tail_bytes=9, seed=12)
     one("fp-storage-offset-all", "the view starts 64 B into its buffer", [layout], 2)
-    layout = st_kv.layout(
-        dtype="float16",
-        rows=3,
-        page_size=2,
-        num_bytes_per_token=64,
-        gap_bytes=32,
-        seed=13,
-        row_shape=(4, 16),
+    nd_layout = functools.partial(st_kv.layout, rows=3, page_size=2)  # N-D rows, 2 pages
+    layout = nd_layout(
+        dtype="float16", num_bytes_per_token=64, gap_bytes=32, seed=13, row_shape=(4, 16)
     )
     both("fp-nd-heads-head-dim", "fp16 rows shaped (4 heads, 16 dims), a row gap", [layout])
-    layout = st_kv.layout(
-        dtype="bfloat16",
-        rows=3,
-        page_size=2,
-        num_bytes_per_token=48,
-        hole_bytes=32,
-        seed=14,
-        row_shape=(2, 2, 16),
+    layout = nd_layout(
+        dtype="bfloat16", num_bytes_per_token=48, hole_bytes=32, seed=14, row_shape=(2, 2, 16)
     )
     one("fp-nd-three-dims-all", "bf16 rows shaped (2, 2, 16), a 32 B hole", [layout], 2)
     layout = st_kv.layout(dtype="float32", rows=2, page_size=4, row_shape=(1, 32), seed=15)

@@ -24,16 +24,11 @@ from strategies.chains import INT64_MAX, INT64_MIN
 
 __all__ = ["check_steps", "write_verify_scenarios"]
 
+# Every kind of byte no slot reads: a hole in each row, a gap between rows, bytes before the
+# view and after it.
+_PADDING = dict(hole_bytes=16, gap_bytes=16, offset_bytes=16, tail_bytes=3)
 _KV = st_kv.layout(
-    dtype="float16",
-    rows=3,
-    page_size=4,
-    num_bytes_per_token=32,
-    hole_bytes=16,
-    gap_bytes=16,
-    offset_bytes=16,
-    tail_bytes=3,
-    seed=200,
+    dtype="float16", rows=3, page_size=4, num_bytes_per_token=32, seed=200, **_PADDING
 )
 
 
