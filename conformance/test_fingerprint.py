@@ -275,12 +275,14 @@ def test_partial_is_all_at_read_16(impl, device, data):
     layouts, slots, _, shared = draw_case(data, min_sources=1, min_capacity=1)
     materialized = materialize_all(layouts, device, shared=shared)
     partial = impl.fingerprint(
-        [m.build(impl) for m in materialized], slots_tensor(slots, device), mode=1
+        [m.build(impl) for m in materialized],
+        slots_tensor(slots, device),
+        mode=impl.RealKvHashMode.PARTIAL,
     )
     read16 = [
         impl.RealKvSource(tensor=m.tensor, **{**m.kwargs(), "read_bytes": 16}) for m in materialized
     ]
-    full16 = impl.fingerprint(read16, slots_tensor(slots, device), mode=2)
+    full16 = impl.fingerprint(read16, slots_tensor(slots, device), mode=impl.RealKvHashMode.ALL)
     assert_int64_equal(
         partial,
         to_numpy(full16),
@@ -289,7 +291,9 @@ def test_partial_is_all_at_read_16(impl, device, data):
     )
     if layouts and all(layout.read_bytes == 16 for layout in layouts):
         all_mode = impl.fingerprint(
-            [m.build(impl) for m in materialized], slots_tensor(slots, device), mode=2
+            [m.build(impl) for m in materialized],
+            slots_tensor(slots, device),
+            mode=impl.RealKvHashMode.ALL,
         )
         assert_int64_equal(all_mode, to_numpy(partial), call="ALL vs PARTIAL at read_bytes=16")
 
@@ -308,7 +312,8 @@ def test_none_and_no_sources_read_nothing(impl, device, data):
     zeros = np.zeros(len(slots) + len(stray), dtype=np.int64)
     assert_int64_equal(
         refuses_nothing(
-            lambda: impl.fingerprint(sources, everything, mode=0), "fingerprint(mode=NONE)"
+            lambda: impl.fingerprint(sources, everything, mode=impl.RealKvHashMode.NONE),
+            "fingerprint(mode=NONE)",
         ),
         zeros,
         call="fingerprint(mode=NONE)",
@@ -468,7 +473,7 @@ def test_addresses_past_2_to_the_31_and_32(impl, device, gap):
 
     raw, view, source = _far_source(impl, device, gap=gap)
     slots = [0, 1, 2, 3, 4, 5]
-    got = impl.fingerprint([source], slots_tensor(slots, device), mode=2)
+    got = impl.fingerprint([source], slots_tensor(slots, device), mode=impl.RealKvHashMode.ALL)
     host_rows = view.cpu().numpy()
     want = reference.fingerprint(
         [reference.Source(host_rows, 2, 128, 128)], np.asarray(slots, dtype=np.int64), 2
@@ -501,7 +506,7 @@ def test_launch_checks_source_cap_comes_first(impl, device):
     ]
     for slots in ([], [0, 99]):
         with pytest.raises(Exception) as caught:
-            impl.fingerprint(sources, slots_tensor(slots, device), mode=2)
+            impl.fingerprint(sources, slots_tensor(slots, device), mode=impl.RealKvHashMode.ALL)
         assert_error_type(caught, ValueError)
         assert str(caught.value) == (
             "kv-canary: at most 4 RealKvSource entries supported by the CUDA ABI, got 5"
@@ -519,7 +524,7 @@ def test_launch_checks_device(impl, device):
     here_name = str(torch.device(device))
     for slots in ([], [0, 1]):
         with pytest.raises(Exception) as caught:
-            impl.fingerprint(sources, slots_tensor(slots, device), mode=2)
+            impl.fingerprint(sources, slots_tensor(slots, device), mode=impl.RealKvHashMode.ALL)
         assert_error_type(caught, ValueError)
         message = str(caught.value)
         assert re.search(r"(real_kv_sources\[1\]|\bsource 1)(?!\d)", message), (
