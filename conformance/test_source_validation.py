@@ -122,7 +122,7 @@ CASES = [
         f"{P}.tensor row is 32 bytes wide but page_size=2 x num_bytes_per_token=32 needs 64 "
         "(shape=(2, 32), dtype=torch.uint8)",
     ),
-    # rule 8 at its edges (each found by a surviving mutant, docs/STRENGTH.md)
+    # rule 8 at its edges (each found by a surviving mutant: strength/mutation/survivors/)
     (
         "no rows, rows not dense",
         lambda d: torch.as_strided(aligned(d, 256), (0, 4, 16), (64, 1, 4)),

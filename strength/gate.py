@@ -59,8 +59,7 @@ CORRECT_AREA = "correct"
 DEFAULT_JOBS = 2
 DEFAULT_TIMEOUT_S = 900.0
 PROFILE = "mutation"
-# The kinds of failure that are failed properties, hence kills (see strength.gate_record):
-# a failed check, or a contract error (a "kv-canary: " refusal) where the call must succeed.
+# The failure kinds (strength.gate_record) that are failed properties, in the docstring's sense.
 KILL_KINDS = ("assertion", "refusal")
 _ERROR_TAIL_LINES = 15
 

@@ -3,23 +3,20 @@
     pytest conformance -p strength.gate_record --gate-record PATH ...
 
 writes PATH as JSON: ``{"failures": [{"nodeid", "when", "kind", "types", "message"}, ...],
-"collection_errors": [...]}``. ``kind`` is what the gate needs to tell a kill from a crash:
+"collection_errors": [...]}``. ``kind`` is one of (what counts as a kill: see
+``strength/gate.py``):
 
 - ``assertion``: the test failed a check: ``AssertionError`` or ``pytest.fail`` (``Failed``),
   or a group of such failures (Hypothesis reports several distinct bugs as a group);
 - ``refusal``: the implementation refused the call with one of the contract's own errors (a
   ``TypeError``, ``ValueError`` or ``IndexError`` whose message starts with ``kv-canary: ``,
-  as the contract (§11) says every refusal does) where the test expected it to succeed, e.g. a valid source
-  refused while a test builds its inputs. The implementation decided this, so it is a broken
-  property of the contract, not a broken module;
+  as the contract (§11) says every refusal does) where the test expected it to succeed, e.g. a
+  valid source refused while a test builds its inputs;
 - ``health-check``: Hypothesis refused to run the test (``FailedHealthCheck``, ``Unsatisfiable``);
 - ``flaky``: Hypothesis saw the test fail and then pass on the same example (``Flaky``);
 - ``crash``: any other exception (Python's own ``TypeError`` or ``NameError`` of a broken
   module, an ``IndexError`` of a bad subscript...), and any failure outside the test's call
   (setup, teardown).
-
-Only ``assertion`` and ``refusal`` failures say the suite caught a bug; the others say nothing
-about it.
 """
 
 from __future__ import annotations
@@ -35,7 +32,7 @@ if sys.version_info < (3, 11):  # pragma: no cover - the builtin arrived in 3.11
 ASSERTION, REFUSAL = "assertion", "refusal"
 HEALTH_CHECK, FLAKY, CRASH = "health-check", "flaky", "crash"
 KINDS = (ASSERTION, REFUSAL, HEALTH_CHECK, FLAKY, CRASH)
-#: the kinds of failure that are failed properties, i.e. kills
+#: the kinds of failure that are failed properties (what counts as a kill: see strength/gate.py)
 PROPERTY_FAILURES = (ASSERTION, REFUSAL)
 
 _CONTRACT_ERRORS = (TypeError, ValueError, IndexError)

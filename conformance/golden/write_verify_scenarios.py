@@ -568,7 +568,7 @@ def write_verify_scenarios() -> list[dict]:
         ("verify", _exact(two_chains, check_token=False)),
     )
 
-    # Edges found by mutation testing (docs/STRENGTH.md).
+    # Edges found by mutation testing (strength/mutation/survivors/).
     w1 = _write(_request(-1, (0, 3), first_position=50))
     add(
         "wv-seed-slot-0",

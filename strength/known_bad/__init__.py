@@ -13,12 +13,9 @@ Bugs are safe by construction: no mutant writes outside the buffers it was given
 (``conformance.bounds``) reports those reads and masks them off; the gate runs them on no other
 device.
 
-A kill is a failed property, never a crash: each entry lists in ``dies_in`` the tests that
-must catch its bug (``fnmatch`` patterns of ``<suite module>::<test function>``, every
-parametrization included), and the gate counts a kill only when one of them fails as a
-property: an assertion, or the contract's own ``kv-canary: `` error where the call must
-succeed. Any other failure (Python's own ``TypeError`` or ``NameError`` of a broken module, a
-Hypothesis health check, ``Flaky``) is an error of the gate, never a kill.
+Each entry lists in ``dies_in`` the tests that must catch its bug (``fnmatch`` patterns of
+``<suite module>::<test function>``, every parametrization included). What counts as a kill:
+see ``strength/gate.py``.
 
 To add a mutant, write ``strength/known_bad/<area prefix>_<bug>.py`` and add one :class:`Entry` line.
 Modules whose name starts with ``probe_`` are not mutants of the catalogue: the gate's

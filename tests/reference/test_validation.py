@@ -153,7 +153,7 @@ ONE_BROKEN_RULE = [
         ValueError,
         f"{P}.tensor data pointer must be 16-byte aligned, got data_ptr % 16 == 15",
     ),
-    # Rule 8 at its edges (each left alive by a cosmic-ray mutant, docs/STRENGTH.md).
+    # Rule 8 at its edges (each left alive by a cosmic-ray mutant: strength/mutation/survivors/).
     (
         dict(shape=(0, 4, 16), strides=(64, 1, 4)),
         ValueError,

@@ -1,10 +1,12 @@
-"""The mutation-testing tools: a config for every module, and a fork server that sees each
-mutant (docs/STRENGTH.md)."""
+"""The mutation-testing tools: a config for every module, a fork server that sees each
+mutant, and the triage data with the check that holds it to a session (docs/STRENGTH.md)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import time
@@ -107,11 +109,7 @@ def test_the_fork_server_sees_each_mutant(tmp_path):
 
 def test_a_replay_can_add_tests_to_a_sessions_selection():
     """``replay_survivors.py --also`` puts the given tests before the session's own options."""
-    sys.path.insert(0, str(ROOT / "strength" / "mutation"))
-    try:
-        import replay_survivors
-    finally:
-        sys.path.remove(str(ROOT / "strength" / "mutation"))
+    replay_survivors = replay_tool()
     command = "python -m pytest conformance/test_golden.py -x -q"
     assert replay_survivors.with_tests(command, []) == command
     assert replay_survivors.with_tests(command, ["a.py", "b.py"]) == (
@@ -119,3 +117,171 @@ def test_a_replay_can_add_tests_to_a_sessions_selection():
     )
     with pytest.raises(ValueError, match="not a pytest command"):
         replay_survivors.with_tests("pytest -x", ["a.py"])
+
+
+def replay_tool():
+    """``strength/mutation/replay_survivors.py``, imported as a module."""
+    sys.path.insert(0, str(ROOT / "strength" / "mutation"))
+    try:
+        import replay_survivors
+    finally:
+        sys.path.remove(str(ROOT / "strength" / "mutation"))
+    return replay_survivors
+
+
+def fabricated_session(path: Path, module: str, mutants: list[tuple[str, int, str | None]]):
+    """A session database with cosmic-ray 8.7's tables, holding ``mutants``: (operator,
+    occurrence, outcome), the outcome None for a mutant still pending."""
+    db = sqlite3.connect(path)
+    db.executescript(
+        """
+        CREATE TABLE work_items (job_id VARCHAR NOT NULL PRIMARY KEY);
+        CREATE TABLE mutation_specs (
+            module_path VARCHAR, operator_name VARCHAR, operator_args JSON, occurrence INTEGER,
+            start_pos_row INTEGER, start_pos_col INTEGER, end_pos_row INTEGER,
+            end_pos_col INTEGER, definition_name VARCHAR, job_id VARCHAR NOT NULL PRIMARY KEY
+        );
+        CREATE TABLE work_results (
+            worker_outcome VARCHAR(9), output TEXT, test_outcome VARCHAR(11), diff TEXT,
+            job_id VARCHAR NOT NULL PRIMARY KEY
+        );
+        """
+    )
+    for row, (operator, occurrence, outcome) in enumerate(mutants):
+        job = f"job{row}"
+        db.execute("INSERT INTO work_items VALUES (?)", (job,))
+        db.execute(
+            "INSERT INTO mutation_specs VALUES (?, ?, '{}', ?, ?, 4, ?, 5, NULL, ?)",
+            (module, operator, occurrence, 10 + row, 10 + row, job),
+        )
+        if outcome is not None:
+            db.execute("INSERT INTO work_results VALUES ('normal', '', ?, '', ?)", (outcome, job))
+    db.commit()
+    db.close()
+
+
+SESSION_MUTANTS = [
+    ("core/NumberReplacer", 0, "survived"),
+    ("core/NumberReplacer", 1, "killed"),
+    ("core/ReplaceComparisonOperator_Lt_LtE", 0, "survived"),
+    ("core/AddNot", 0, None),
+]
+
+
+def triage_of(entries: list[tuple[str, int]], unmapped: int = 0) -> dict:
+    return {
+        "session": "fabricated",
+        "module": "pkg/module.py",
+        "survivors": [
+            {"operator": op, "occurrence": occ, "verdict": "equivalent", "reason": "a reason"}
+            for op, occ in entries
+        ],
+        "unmapped": [
+            {"count": unmapped, "verdict": "equivalent", "reason": "a reason", "why": "counted"}
+        ]
+        if unmapped
+        else [],
+    }
+
+
+def run_check(tmp_path: Path, triage: dict, capsys) -> tuple[int, str]:
+    session = tmp_path / "fabricated.sqlite"
+    if not session.exists():
+        fabricated_session(session, "pkg/module.py", SESSION_MUTANTS)
+    path = tmp_path / "fabricated.json"
+    path.write_text(json.dumps(triage))
+    status = replay_tool().main(["--check", str(session), "--triage", str(path)])
+    return status, capsys.readouterr().out
+
+
+def test_the_triage_check_passes_when_every_survivor_has_one_entry(tmp_path, capsys):
+    """Both survivors triaged; an entry may also name a killed mutant, and a pending one needs
+    none."""
+    triage = triage_of(
+        [
+            ("core/NumberReplacer", 0),
+            ("core/NumberReplacer", 1),
+            ("core/ReplaceComparisonOperator_Lt_LtE", 0),
+        ],
+        unmapped=2,
+    )
+    status, out = run_check(tmp_path, triage, capsys)
+    assert status == 0, out
+    assert out.splitlines() == [
+        "fabricated: 4 mutants (1 pending), 2 survived; 3 triage entries; "
+        "2 more counted by the triage but unmapped: the triage matches"
+    ]
+
+
+def test_the_triage_check_fails_on_a_survivor_without_an_entry(tmp_path, capsys):
+    triage = triage_of([("core/NumberReplacer", 0)])
+    status, out = run_check(tmp_path, triage, capsys)
+    assert status == 1
+    assert out.splitlines()[0] == (
+        "missing: core/ReplaceComparisonOperator_Lt_LtE 0 (line 12) survived and has no "
+        "triage entry"
+    )
+    assert out.splitlines()[-1].endswith("; 1 triage entry: 1 mismatch")
+
+
+def test_the_triage_check_fails_on_an_entry_that_names_no_mutant(tmp_path, capsys):
+    """A stale entry (the module changed, or the occurrence is wrong) and a doubled one."""
+    triage = triage_of(
+        [
+            ("core/NumberReplacer", 0),
+            ("core/ReplaceComparisonOperator_Lt_LtE", 0),
+            ("core/ReplaceComparisonOperator_Lt_LtE", 0),
+            ("core/NumberReplacer", 7),
+        ]
+    )
+    status, out = run_check(tmp_path, triage, capsys)
+    assert status == 1
+    assert out.splitlines()[:-1] == [
+        "stale: core/NumberReplacer 7 has a triage entry but is no mutant of the session",
+        "duplicate: core/ReplaceComparisonOperator_Lt_LtE 0 has 2 triage entries",
+    ]
+
+
+def test_the_triage_check_fails_on_another_module(tmp_path, capsys):
+    triage = triage_of([("core/NumberReplacer", 0), ("core/ReplaceComparisonOperator_Lt_LtE", 0)])
+    triage["module"] = "pkg/other.py"
+    status, out = run_check(tmp_path, triage, capsys)
+    assert status == 1
+    assert out.startswith("module: the session mutates ['pkg/module.py']")
+
+
+def test_a_triage_entry_outside_the_vocabulary_is_refused(tmp_path):
+    tool = replay_tool()
+    triage = triage_of([("core/NumberReplacer", 0)])
+    triage["survivors"][0]["verdict"] = "probably fine"
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(triage))
+    with pytest.raises(ValueError, match="unknown verdict 'probably fine'"):
+        tool.load_triage(path)
+    triage["survivors"][0].update(verdict="equivalent", line=12)
+    path.write_text(json.dumps(triage))
+    with pytest.raises(ValueError, match="fields must be operator, occurrence, verdict, reason"):
+        tool.load_triage(path)
+
+
+TRIAGE_FILES = sorted((ROOT / "strength" / "mutation" / "survivors").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", TRIAGE_FILES, ids=[path.stem for path in TRIAGE_FILES])
+def test_every_triage_file_parses_with_the_fixed_verdicts(path):
+    """Each file is one session's: its config exists and mutates the module it names; every
+    entry has the fixed fields and a verdict of the vocabulary, and names its mutant once."""
+    triage = replay_tool().load_triage(path)
+    assert triage["session"] == path.stem
+    assert configs()[path.stem]["module-path"] == triage["module"]
+    keys = [(entry["operator"], entry["occurrence"]) for entry in triage["survivors"]]
+    assert len(keys) == len(set(keys)), "a mutant triaged twice"
+    assert triage["survivors"] or triage["unmapped"]
+
+
+def test_the_verdicts_are_the_documented_ones():
+    """docs/STRENGTH.md lists every verdict of the vocabulary, and no other."""
+    text = (ROOT / "docs" / "STRENGTH.md").read_text()
+    table = text.split("\n| verdict | meaning |\n", 1)[1].split("\n\n", 1)[0]
+    listed = re.findall(r"^\| `([a-z-]+)` \|", table, re.M)
+    assert sorted(listed) == sorted(replay_tool().VERDICTS)
