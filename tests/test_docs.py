@@ -8,28 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.house import FOLDERS
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ["README.md", "CONTRIBUTING.md", "conformance/README.md", "benchmarks/README.md"] + [
     f"docs/{path.name}" for path in sorted((ROOT / "docs").glob("*.md"))
 ]
 #: The project's top folders, and those of its earlier layout: a backticked token that starts
 #: with one of them is a path, which must exist.
-TOP = (
-    "known_bad",
-    "mutation",
-    "canary",
-    "canary_torch",
-    "reference",
-    "strategies",
-    "conformance",
-    "strength",
-    "tools",
-    "tests",
-    "benchmarks",
-    "examples",
-    "scripts",
-    "docs",
-)
+TOP = (*FOLDERS, "known_bad", "mutation")
 SPAN = re.compile(r"`([^`\s]+)`")
 #: Outputs a run writes, named by the docs but never committed.
 OUTPUTS = (".sqlite",)

@@ -18,20 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.house import PACKAGES
+
 ROOT = Path(__file__).resolve().parents[1]
 
-#: The project's code, package by package.
-PACKAGES = (
-    "canary",
-    "canary_torch",
-    "reference",
-    "strategies",
-    "conformance",
-    "strength",
-    "tools",
-    "benchmarks",
-    "examples",
-)
 
 #: Modules that describe without making anything real: importing one must not import torch.
 #: (The ``strategies`` package re-exports :mod:`strategies.materialize`, which does.)

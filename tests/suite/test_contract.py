@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import strategies as st_kv
+from tests.house import FOLDERS
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = ROOT / "docs" / "CONTRACT.md"
@@ -133,22 +134,8 @@ def test_kv_canary_messages_in_the_suite_are_in_the_contract(path):
             assert in_contract(text), f"{path.name}:{line}: {text!r} is not in docs/CONTRACT.md"
 
 
-#: The project's own text: every file of these folders, and these files at the top.
-TEXT_FOLDERS = (
-    "canary",
-    "canary_torch",
-    "reference",
-    "strategies",
-    "conformance",
-    "strength",
-    "tools",
-    "tests",
-    "benchmarks",
-    "examples",
-    "scripts",
-    "docs",
-    ".ci",
-)
+#: The project's own text: every file of its folders, and these files at the top.
+TEXT_FOLDERS = FOLDERS
 TEXT_FILES = ("README.md", "CONTRIBUTING.md", "tox.ini", "pyproject.toml")
 TEXT_SUFFIXES = (".py", ".md", ".txt", ".toml", ".sh", ".ini", ".json", "")
 #: What the project must not cite: a document a clone does not have (built from pieces, so
