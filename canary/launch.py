@@ -24,6 +24,7 @@ from .real_kv_hash import (
     launch_fingerprint,
     source_args,
 )
+from .source import is_int
 
 VERIFY_BLOCK = 128  # plan entries per program
 # The write kernel's work per request is one serial chain of scalar code: one warp runs it
@@ -118,11 +119,7 @@ def _check_context(context: VerifyOrWriteContext):
         device,
     )
     kind = context.kernel_kind
-    if (
-        isinstance(kind, bool)
-        or not isinstance(kind, int)
-        or (isinstance(kind, Enum) and type(kind).__name__ != "CanaryLaunchTag")
-    ):
+    if not is_int(kind) or (isinstance(kind, Enum) and type(kind).__name__ != "CanaryLaunchTag"):
         raise TypeError(
             f"kv-canary: context.kernel_kind must be a CanaryLaunchTag, got {type(kind).__name__}"
         )

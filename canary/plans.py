@@ -7,15 +7,15 @@ from dataclasses import dataclass
 import torch
 
 from .constants import CanaryLaunchTag, RealKvHashMode
-from .source import RealKvSource
+from .source import RealKvSource, is_int
 
 
 def _check_capacity(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise TypeError(f"kv-canary: {name} must be an int, got {type(value).__name__}")
     if value <= 0:
         raise ValueError(f"kv-canary: {name} must be > 0, got {value}")
-    return value
+    return int(value)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,7 +10,7 @@ import triton
 
 from ._runtime import launch_kernel
 from .constants import MAX_REAL_KV_SOURCES, PARTIAL_READ_BYTES, RealKvHashMode
-from .source import RealKvSource
+from .source import RealKvSource, is_int
 
 FINGERPRINT_BLOCK = 128  # slots per program
 # Warps per program of the kernels that fold sources: the fold reads [BLOCK, 2]-word tiles,
@@ -24,7 +24,7 @@ def as_mode(mode: object, name: str = "mode") -> RealKvHashMode:
     """``mode`` as a RealKvHashMode: a member or its int value, not a bool nor another enum's
     member; errors name the argument as ``name`` (``context.real_kv_hash_mode`` for launches)."""
     other_enum = isinstance(mode, Enum) and type(mode).__name__ != "RealKvHashMode"
-    if isinstance(mode, bool) or not isinstance(mode, int) or other_enum:
+    if not is_int(mode) or other_enum:
         raise TypeError(
             f"kv-canary: {name} must be a RealKvHashMode or its int value, got {type(mode).__name__}"
         )

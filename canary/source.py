@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import numpy as np
 import torch
@@ -11,7 +12,9 @@ import torch
 _PREFIX = "kv-canary: RealKvSource"
 
 
-def _is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int | np.integer]:
+    """Whether ``value`` is an integer as the contract accepts one (CONTRACT §11): a Python
+    ``int`` or a numpy integer, never a ``bool``."""
     # bool is an int subclass, and numpy bools are not np.integer; both are refused.
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
@@ -46,7 +49,7 @@ class RealKvSource:
             raise TypeError(f"{_PREFIX}.tensor must be a torch.Tensor, got {type(tensor).__name__}")
         for field in ("page_size", "num_bytes_per_token", "read_bytes"):
             value = getattr(self, field)
-            if not _is_int(value):
+            if not is_int(value):
                 raise TypeError(f"{_PREFIX}.{field} must be an int, got {type(value).__name__}")
         # numpy integers are valid values, but their arithmetic wraps at their own width
         page_size = int(self.page_size)

@@ -16,6 +16,7 @@ import torch
 import strategies as st_kv
 from conformance.launches import (
     BOTH,
+    STATE,
     VERIFY,
     WRITE,
     Launch,
@@ -264,6 +265,9 @@ FINGERPRINT_WRONG_KINDS = [
         ("mode",),
     ),
     FingerprintWrongKind("mode=7", mode_as(lambda i: 7), ValueError, ("mode", "7")),
+    FingerprintWrongKind(
+        "mode=np.int64(7)", mode_as(lambda i: np.int64(7)), ValueError, ("mode", "7")
+    ),
 ]
 
 
@@ -289,3 +293,37 @@ def test_fingerprint_takes_its_arguments_as_the_contract_spells_them(impl, devic
     assert torch.equal(by_name, by_position), "naming the arguments changed the result"
     with pytest.raises(TypeError):
         impl.fingerprint([source], slots, mode)  # CONTRACT §4: mode is keyword-only
+
+
+# A numpy integer is an int wherever the contract takes one (CONTRACT §11).
+
+#: numpy integer types, signed and unsigned, narrow and wide
+NUMPY_INTS = (np.int8, np.int32, np.int64, np.uint8, np.uint64)
+
+
+@pytest.mark.write_verify
+@pytest.mark.parametrize("numpy_int", NUMPY_INTS, ids=lambda t: t.__name__)
+@pytest.mark.parametrize("field", ["kernel_kind", "real_kv_hash_mode"])
+@pytest.mark.parametrize("kind", BOTH)
+def test_numpy_integers_are_ints_in_the_context(impl, device, kind, field, numpy_int):
+    """A context whose kernel_kind or real_kv_hash_mode is a numpy integer launches exactly as one holding the implementation's enum member."""
+    with_enum, launch = launch_of(kind, impl, device)
+    launch.run(impl)
+    made, launch = launch_of(kind, impl, device)
+    launch.context[field] = numpy_int(int(launch.context[field]))
+    launch.run(impl)
+    for name in STATE:
+        got, want = getattr(made, name), getattr(with_enum, name)
+        assert torch.equal(got, want), f"{name} with {field}={launch.context[field]!r} differs"
+
+
+@pytest.mark.parametrize("numpy_int", NUMPY_INTS, ids=lambda t: t.__name__)
+def test_fingerprint_takes_a_numpy_integer_mode(impl, device, numpy_int):
+    """fingerprint's mode as a numpy integer gives what the enum member gives, in every mode."""
+    source, slots = fingerprint_args(impl, device)
+    for mode in (impl.RealKvHashMode.NONE, impl.RealKvHashMode.PARTIAL, impl.RealKvHashMode.ALL):
+        want = impl.fingerprint([source], slots, mode=mode)
+        got = impl.fingerprint([source], slots, mode=numpy_int(int(mode)))
+        assert torch.equal(got, want), (
+            f"mode={numpy_int.__name__}({int(mode)}): {got.tolist()}, want {want.tolist()}"
+        )

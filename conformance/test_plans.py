@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 
@@ -43,6 +44,25 @@ def test_allocate_refuses_a_capacity_that_is_no_int(impl, device, plan_type, cap
         lambda: allocate(impl, device, plan_type, capacity),
         TypeError,
         (PLAN_CAPACITIES[plan_type],),
+    )
+
+
+@pytest.mark.parametrize("numpy_int", [np.int16, np.int64, np.uint32], ids=lambda t: t.__name__)
+@pytest.mark.parametrize("plan_type", PLAN_CAPACITIES)
+def test_allocate_takes_a_numpy_integer_capacity(impl, device, plan_type, numpy_int):
+    """A numpy integer capacity is an int (CONTRACT §11): it makes the plan its Python int
+    makes, and a numpy 0 is refused as 0 is, with a ValueError naming the capacity."""
+    got = allocate(impl, device, plan_type, numpy_int(3))
+    want = allocate(impl, device, plan_type, 3)
+    for field in dataclasses.fields(want):
+        tensor, expected = getattr(got, field.name), getattr(want, field.name)
+        assert (tuple(tensor.shape), tensor.dtype) == (tuple(expected.shape), expected.dtype), (
+            f"{field.name}: {tensor.shape} {tensor.dtype}, want {expected.shape} {expected.dtype}"
+        )
+    assert_kv_canary_refusal(
+        lambda: allocate(impl, device, plan_type, numpy_int(0)),
+        ValueError,
+        (PLAN_CAPACITIES[plan_type], "0"),
     )
 
 

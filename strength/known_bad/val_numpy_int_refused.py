@@ -6,7 +6,10 @@ from canary import source
 from strength.known_bad._mutate import export, patch_function
 
 patch_function(
-    source, "_is_int", ("isinstance(value, (int, np.integer))", "isinstance(value, int)")
+    source,
+    "is_int",
+    ("isinstance(value, (int, np.integer))", "isinstance(value, int)"),
+    rebind=False,  # the sources' rule 2 only: modes, tags and capacities keep numpy integers
 )
 
 export(globals())
