@@ -5,8 +5,8 @@ tests: it is starting Python and importing torch, Triton, numpy, Hypothesis and 
 3 s of a 4-7 s run). This module keeps one server process with those libraries imported and
 forks it for every run, so a run costs its tests and the import of the project alone:
 
-    python strength/mutation/forkserver.py serve --socket S          # once per session, in the background
-    python strength/mutation/forkserver.py run --socket S -- ARGS    # the test command: pytest ARGS
+    python strength/forkserver.py serve --socket S          # once per session, in the background
+    python strength/forkserver.py run --socket S -- ARGS    # the test command: pytest ARGS
 
 `run` is a thin client (the Python interpreter with the standard library only): it sends its
 working directory, ARGS and the run's time limit to the server, streams the child's output

@@ -12,7 +12,10 @@ other modules the tests its entry lists (``--whole-suite``: every module on ever
     python -m pytest conformance -q -p no:cacheprovider --hypothesis-profile mutation \
         -p strength.gate_record --gate-record RECORD.json --canary-impl MODULE
 
-with ``CI=true``. The ``mutation`` profile is the derandomized ``ci`` profile without
+with ``CI=true``, each in a fork of one server process that has the third-party libraries
+imported (``strength/forkserver.py``; ``--no-fork-server`` starts every run as a fresh Python
+instead). The project's own modules are imported afresh in every run, so each run is what a
+fresh process would be. The ``mutation`` profile is the derandomized ``ci`` profile without
 shrinking: the same examples, and a failure reported as first found. There is no ``-x``:
 every test runs, and ``strength.gate_record`` records every failing test with the kind of
 its failure (``assertion``, ``crash``, ``health-check``, ``flaky``). A run:
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import fnmatch
 import json
 import os
@@ -52,6 +56,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+FORKSERVER = REPO_ROOT / "strength" / "forkserver.py"
 SUITE_DIR = REPO_ROOT / "conformance"
 
 PASSES, KILLED, MISPLACED, ERROR = "passes", "killed", "misplaced", "error"
@@ -272,6 +277,38 @@ def _read_record(path: Path) -> dict | None:
         return None
 
 
+@contextlib.contextmanager
+def fork_server(folder: str | os.PathLike):
+    """A running ``strength/forkserver.py`` server; yields its socket's path."""
+    socket = Path(folder) / "forkserver.sock"
+    log = Path(folder) / "forkserver.log"
+    with open(log, "w") as out:
+        server = subprocess.Popen(
+            [sys.executable, str(FORKSERVER), "serve", "--socket", str(socket)],
+            cwd=REPO_ROOT,
+            env=child_environment(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while not socket.exists():
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the fork server did not start:\n{log.read_text()}")
+            time.sleep(0.05)
+        yield str(socket)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def via_fork_server(command: Sequence[str], socket: str, timeout_s: float) -> list[str]:
+    """``command`` (``python -m pytest ARGS``) as a run of ARGS in a fork of the server."""
+    assert list(command[1:3]) == ["-m", "pytest"], command
+    client = [sys.executable, str(FORKSERVER), "run", "--socket", socket]
+    return [*client, "--limit", f"{timeout_s:g}", "--", *command[3:]]
+
+
 def run_target(
     target: Target,
     *,
@@ -279,8 +316,10 @@ def run_target(
     timeout_s: float,
     properties_only: bool = False,
     whole_suite: bool = False,
+    socket: str | None = None,
 ) -> Result:
-    """Run the suite on ``target.module`` in a subprocess and classify the run."""
+    """Run the suite on ``target.module`` in a subprocess (a fork of the server at ``socket``,
+    if given) and classify the run."""
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kv-canary-gate-") as folder:
         record_path = Path(folder) / "record.json"
@@ -292,6 +331,8 @@ def run_target(
                 target, whole_suite=whole_suite, properties_only=properties_only
             ),
         )
+        if socket is not None:
+            command = via_fork_server(command, socket, timeout_s)
         try:
             completed = subprocess.run(
                 command,
@@ -433,6 +474,11 @@ def _parser() -> argparse.ArgumentParser:
         help="run the whole suite on every mutant, not only the quick modules and its listed tests",
     )
     parser.add_argument(
+        "--no-fork-server",
+        action="store_true",
+        help="start every suite run as a fresh Python, not as a fork of one preloaded server",
+    )
+    parser.add_argument(
         "--timeout",
         type=float,
         default=DEFAULT_TIMEOUT_S,
@@ -482,7 +528,12 @@ def main(
         targets = [t for t in targets if args.only in t.module]
     if not targets:
         parser.error(f"no module matches --only {args.only!r}")
+    servers = contextlib.ExitStack()
+    socket = None
     if runner is None:
+        if not args.no_fork_server:
+            folder = servers.enter_context(tempfile.TemporaryDirectory(prefix="kv-canary-gate-"))
+            socket = servers.enter_context(fork_server(folder))
 
         def runner(target: Target) -> Result:
             return run_target(
@@ -491,6 +542,7 @@ def main(
                 timeout_s=args.timeout,
                 properties_only=args.properties_only,
                 whole_suite=args.whole_suite,
+                socket=socket,
             )
 
     def progress(result: Result) -> None:
@@ -501,7 +553,8 @@ def main(
         )
 
     started = time.perf_counter()
-    results = run_all(targets, runner, jobs=args.jobs, progress=progress)
+    with servers:
+        results = run_all(targets, runner, jobs=args.jobs, progress=progress)
     facts = summary(results)
     facts["wall_seconds"] = time.perf_counter() - started
 

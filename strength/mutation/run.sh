@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 # Each session's test command is `python -m pytest ...` (what a distributed worker runs). Here
-# it runs through strength/mutation/forkserver.py instead, a server that has torch, Triton, numpy,
+# it runs through strength/forkserver.py instead, a server that has torch, Triton, numpy,
 # Hypothesis and pytest imported and forks for every mutant, which saves Python's start-up
 # (about 3 s) per mutant. KV_CANARY_MUTATION_FORKSERVER=0 runs the plain command.
 workdir=$(mktemp -d)
@@ -26,7 +26,7 @@ cleanup() {
 trap cleanup EXIT
 socket="$workdir/forkserver.sock"
 if [ "${KV_CANARY_MUTATION_FORKSERVER:-1}" != 0 ]; then
-    python strength/mutation/forkserver.py serve --socket "$socket" > "$workdir/forkserver.log" 2>&1 &
+    python strength/forkserver.py serve --socket "$socket" > "$workdir/forkserver.log" 2>&1 &
     server_pid=$!
     for _ in $(seq 300); do
         [ -S "$socket" ] && break
@@ -45,7 +45,7 @@ for name in "${names[@]}"; do
     session="strength/mutation/$name.sqlite"
     [ -f "$config" ] || { echo "no config $config" >&2; exit 2; }
     if [ -n "$server_pid" ]; then
-        sed "s|\"python -m pytest |\"python strength/mutation/forkserver.py run --socket $socket -- |" \
+        sed "s|\"python -m pytest |\"python strength/forkserver.py run --socket $socket -- |" \
             "$config" > "$workdir/$name.toml"
         config="$workdir/$name.toml"
     fi

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FORKSERVER = ROOT / "strength" / "mutation" / "forkserver.py"
+FORKSERVER = ROOT / "strength" / "forkserver.py"
 
 
 def configs() -> dict[str, dict]:
