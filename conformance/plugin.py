@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from . import profiles
+from . import levels, profiles
 from .report import Recorder
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ WRITE_VERIFY_NAMES = (
     "launch_canary_verify_kernel",
 )
 ENV_PREFIXES = ("CANARY_", "TRITON_", "HYPOTHESIS_")
+SUITE_DIR = Path(__file__).resolve().parent
 
 
 class Selection(types.SimpleNamespace):
@@ -57,6 +58,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--canary-device",
         default=None,
         help="device for tensors (default: $CANARY_DEVICE, else cuda if available, else cpu)",
+    )
+    group.addoption(
+        "--canary-level",
+        default=None,
+        choices=levels.LEVELS_ORDER,
+        help="core: what SGLang's kv_canary promises; full: also the contract's own additions "
+        "(default: $CANARY_LEVEL or full; see conformance/levels.py)",
     )
     group.addoption(
         "--canary-report",
@@ -209,6 +217,7 @@ def pytest_configure(config: pytest.Config) -> None:
     no_shrink = bool(config.getoption("canary_no_shrink", default=False))
     loaded = profiles.select(profile, on_cpu=profiles.ON_CPU, shrink=not no_shrink)
     selection = Selection(
+        level=_level(config),
         module=module,
         module_name=module_name,
         module_folder=folder,
@@ -230,6 +239,32 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def _level(config: pytest.Config) -> str:
+    """The conformance level of this run: ``--canary-level``, else ``$CANARY_LEVEL``, else full."""
+    given = config.getoption("--canary-level", default=None)
+    if given:
+        return given
+    level = os.environ.get("CANARY_LEVEL") or levels.FULL
+    if level not in levels.LEVELS_ORDER:
+        raise pytest.UsageError(
+            f"CANARY_LEVEL={level!r}: the levels are {', '.join(levels.LEVELS_ORDER)}"
+        )
+    return level
+
+
+LEVEL_WORDS = {
+    levels.CORE: "what SGLang's kv_canary promises; the contract's additions are not run",
+    levels.FULL: "the whole contract, its own additions included",
+}
+
+
+def item_level(item: pytest.Item) -> str:
+    """The declared level (conformance/levels.py) of one of the suite's tests."""
+    function = getattr(item, "originalname", None) or item.name.split("[", 1)[0]
+    callspec = getattr(item, "callspec", None)
+    return levels.declared_level(f"{item.path.name}::{function}", callspec.id if callspec else None)
+
+
 def rerun_options_of(selection: Selection) -> str:
     """The options that rerun one test of this run on the same implementation and device."""
     import shlex
@@ -241,6 +276,8 @@ def rerun_options_of(selection: Selection) -> str:
     )
     if selection.shrink_seconds == 0:
         options += " --canary-no-shrink"
+    if selection.level != levels.FULL:
+        options += f" --canary-level {selection.level}"
     return options
 
 
@@ -269,6 +306,7 @@ def describe_environment(selection: Selection) -> dict:
         "implementation_file": getattr(selection.module, "__file__", None),
         "implementation_version": _version(selection.module),
         "write_verify": selection.write_verify,
+        "level": selection.level,
         "device": str(selection.device),
         "gpu": None,
         "hypothesis_profile": selection.profile,
@@ -315,6 +353,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = [
         f"canary implementation: {facts['implementation']}, "
         f"{facts['implementation_version']}, file {facts['implementation_file']}",
+        f"canary level: {facts['level']} ({LEVEL_WORDS[facts['level']]})",
         f"canary device: {facts['device']}"
         + (f" ({facts['gpu']}, sm {facts['gpu_capability']})" if facts["gpu"] else ""),
         f"canary versions: torch {facts['torch']}, triton {facts['triton']}, numpy "
@@ -365,6 +404,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if selection is None:
         return
     items.sort(key=_module_rank)  # stable: tests keep their order inside a module
+    _select_level(config, selection, items)
     if not selection.write_verify:
         skip = pytest.mark.skip(
             reason=f"{selection.module_name} does not provide the write/verify group "
@@ -378,6 +418,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip_gpu)
+
+
+def _in_suite(item: pytest.Item) -> bool:
+    return item.path.parent == SUITE_DIR
+
+
+def _select_level(config: pytest.Config, selection: Selection, items: list[pytest.Item]) -> None:
+    """Every test of the suite declares its level; a core run deselects the full ones."""
+    undeclared, left_out = [], []
+    for item in items:
+        if not _in_suite(item):
+            continue
+        try:
+            level = item_level(item)
+        except levels.UndeclaredLevel as error:
+            undeclared.append(str(error))
+            continue
+        item.user_properties.append(("canary_level", level))
+        if not levels.runs_at(selection.level, level):
+            left_out.append(item)
+    if undeclared:
+        raise pytest.UsageError("\n".join(sorted(set(undeclared))))
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        dropped = set(left_out)
+        items[:] = [item for item in items if item not in dropped]
+    config._canary_level_left_out = [item.nodeid for item in left_out]
 
 
 @pytest.fixture(scope="session")

@@ -195,7 +195,14 @@ class Recorder:
         totals = defaultdict(int)
         for g in groups:
             totals[g["outcome"]] += 1
-        write(", ".join(f"{n} {outcome}" for outcome, n in sorted(totals.items())) + " properties")
+        line = ", ".join(f"{n} {outcome}" for outcome, n in sorted(totals.items())) + " properties"
+        level = getattr(getattr(config, "_canary_selection", None), "level", None)
+        if level:
+            left_out = len(getattr(config, "_canary_level_left_out", ()))
+            line += f" at level {level}" + (
+                f" ({left_out} tests of the contract's additions not run)" if left_out else ""
+            )
+        write(line)
         if self.path:
             write(f"report written to {self.path}")
 
