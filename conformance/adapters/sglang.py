@@ -1,41 +1,55 @@
 """SGLang's own KV canary under the conformance suite: ``--canary-impl conformance.adapters.sglang``.
 
-What runs: the ``kv_canary`` package of the installed ``sglang`` wheel, written against
-``sglang==0.5.23`` (``pip install --no-deps sglang==0.5.23``; ``SGLANG_VERSION`` below,
-the installed version is in ``__version__``). Which of SGLang's two paths runs is SGLang's
-own choice, made per launch by ``kv_canary._dispatch.use_torch_reference``:
+What runs: the ``kv_canary`` package of the installed ``sglang`` wheel, any release from
+0.5.13 (``pip install --no-deps sglang==X``; ``INSTALLED`` is its version, ``LAYOUT`` the
+package it found). kv_canary lives in ``sglang/jit_kernel/kv_canary/`` up to 0.5.16 and in
+``sglang/kernels/ops/kv_canary/`` from 0.5.17; this module finds whichever the installed
+wheel has. ``conformance/upstream.py`` lists the releases, the content hash of each one's
+kv_canary files and its expectations file.
 
-- CPU tensors (the ``tox -e sglang`` leg): SGLang's pure-torch references
+Which of SGLang's paths runs:
+
+- CPU tensors (the ``tox -e sglang-0.5.NN`` legs): SGLang's pure-torch references
   ``verify_ref.launch_canary_verify_kernel_torch_reference`` and
   ``write_ref.launch_canary_write_kernel_torch_reference``, reached through SGLang's own
-  launchers (which first apply SGLang's source-count check).
+  launchers. From 0.5.21 a launcher sends CPU tensors to its reference itself
+  (``kv_canary._dispatch``), right after its source-count check. Releases before 0.5.21 have
+  no CPU path: their launcher runs all its own checks and then loads its CUDA JIT kernel. For
+  those, the JIT loader here stops the launch at that point and the launcher's torch reference
+  runs in the kernel's place, so the run shows the release's own checks and its own reference
+  semantics (``PATH_TAKEN`` says which).
 - CUDA tensors: SGLang's CUDA JIT kernels. They need the complete ``sglang`` with its
-  dependencies (``sglang.kernels.jit``); this module uses that complete package when the
-  machine has a CUDA device and ``import sglang.kernels.ops.kv_canary.verify`` succeeds.
+  dependencies; this module uses that complete package when the machine has a CUDA device and
+  importing kv_canary's ``verify`` module from it succeeds.
 
 Everywhere else (no CUDA device, the serving stack's dependencies absent, or
 ``CANARY_SGLANG_STANDALONE=1``), SGLang's kv_canary modules are loaded from the installed
-files without executing the serving stack: ``sglang/__init__.py`` imports the whole server,
-and ``kv_canary/verify.py`` imports the CUDA JIT loader ``sglang.kernels.jit.utils``, which
-pulls ``sglang.srt.utils``. So ``sglang``, ``sglang.kernels``, ``sglang.kernels.ops``,
-``sglang.kernels.ops.kv_canary`` and ``sglang.kernels.jit`` are registered as bare packages
-pointing at the installed directories, and ``sglang.kernels.jit.utils`` as a stand-in whose
-JIT entry points raise ``RuntimeError`` (the CUDA path cannot run without the real one).
-``PATH_TAKEN`` says which of the two loads happened.
+files without executing the serving stack: ``sglang/__init__.py`` imports the whole server and
+kv_canary imports SGLang's CUDA JIT utilities, which pull ``sglang.srt``. So the parent
+packages of kv_canary and of the JIT utilities are registered as bare packages pointing at the
+installed directories (kv_canary's own ``__init__``, which from 0.5.23 registers kernels with
+SGLang's kernel registry, is not run), and the JIT utilities as a stand-in whose loader stops
+a launch as above.
 
 What this module adds, and why it translates conventions only:
 
 - ``RealKvSource``, ``RealKvHashMode``, ``CanaryLaunchTag``, ``VerifyOrWriteContext``,
-  ``VerifyPlan``, ``WritePlan`` and both launchers are SGLang's own objects, unchanged.
+  ``VerifyPlan`` and ``WritePlan`` are SGLang's own objects, unchanged; the two launchers are
+  SGLang's, wrapped only to run the torch reference where an old release would need CUDA.
 - ``fingerprint``: SGLang has no public fingerprint function; its hash is computed inside the
   launches. This one runs exactly that computation: the source-count check both SGLang
-  launchers apply first, then ``verify_ref.materialize_real_kv_sources`` and
-  ``verify_ref._compute_real_kv_hash_scalar`` (the per-slot hash both references store and
-  compare), returned as the contract's int64 tensor on the slots' device.
+  launchers apply first, then the release's own per-slot reference hash
+  (``verify_ref._compute_real_kv_hash_scalar``, with ``verify_ref.materialize_real_kv_sources``
+  from 0.5.21, whose signature changed then), returned as the contract's int64 tensor on the
+  slots' device.
 - ``CANARY_CAPABILITIES``: SGLang's launch contract takes 2-D sources only (its CUDA launcher
   refuses a source that is not 2-D after ``.view(torch.uint8)``), so the suite's generated and
   fixed layouts stay 2-D for this module; its N-D tests still run, and their failures are
-  listed in ``conformance/expectations/sglang-0.5.23.txt``.
+  listed in each release's expectations file.
+
+Every release from 0.5.13 to 0.5.23 has every piece the suite uses. A release in which one
+is missing, or whose kv_canary is in neither place, fails to import here with an
+``ImportError`` that names what is missing, never an ``AttributeError`` in a test.
 """
 
 from __future__ import annotations
@@ -50,25 +64,43 @@ import types
 
 import torch
 
-#: The SGLang release this adapter and its expectations file were written against.
-SGLANG_VERSION = "0.5.23"
-
 #: What the suite may give this implementation: sources of at most 2 dimensions.
 CANARY_CAPABILITIES = {"source_ndim_max": 2}
 
-_KV = "sglang.kernels.ops.kv_canary"
-_STAND_IN_PACKAGES = {
-    "sglang": "",
-    "sglang.kernels": "kernels",
-    "sglang.kernels.ops": "kernels/ops",
-    _KV: "kernels/ops/kv_canary",
-    "sglang.kernels.jit": "kernels/jit",
+#: Where kv_canary lives, newest first: (its folder in the wheel, the folder of the CUDA JIT
+#: utilities it imports). The dotted names follow from the folders.
+LAYOUTS = (
+    ("kernels/ops/kv_canary", "kernels/jit"),  # 0.5.17 and later
+    ("jit_kernel/kv_canary", "jit_kernel"),  # 0.5.13 to 0.5.16
+)
+
+#: What the suite needs of each kv_canary module.
+NEEDED = {
+    "consts": ("RealKvHashMode", "MAX_REAL_KV_SOURCES"),
+    "verify": (
+        "RealKvSource",
+        "CanaryLaunchTag",
+        "VerifyOrWriteContext",
+        "VerifyPlan",
+        "launch_canary_verify_kernel",
+    ),
+    "write": ("WritePlan", "launch_canary_write_kernel"),
+    "verify_ref": (
+        "launch_canary_verify_kernel_torch_reference",
+        "_compute_real_kv_hash_scalar",
+        "_to_signed_int64",
+    ),
+    "write_ref": ("launch_canary_write_kernel_torch_reference",),
 }
 
 
+class CudaJitReached(RuntimeError):
+    """Raised by the stand-in JIT loader: the launch reached SGLang's CUDA kernel."""
+
+
 def _no_cuda_jit(*args, **kwargs):
-    raise RuntimeError(
-        "kv-canary adapter: SGLang's CUDA JIT path was taken, but sglang.kernels.jit is a "
+    raise CudaJitReached(
+        "kv-canary adapter: SGLang's CUDA JIT path was taken, but the JIT utilities are a "
         "stand-in here (the full sglang package and its dependencies did not import); "
         "install SGLang with its dependencies on the GPU host to run its CUDA kernels"
     )
@@ -78,12 +110,12 @@ def _cache_once(fn):
     return functools.cache(fn)
 
 
-def _jit_utils_stand_in() -> types.ModuleType:
-    utils = types.ModuleType("sglang.kernels.jit.utils")
-    utils.__doc__ = "Stand-in for SGLang's CUDA JIT loader: any JIT use raises RuntimeError."
+def _jit_utils_stand_in(name: str) -> types.ModuleType:
+    utils = types.ModuleType(name)
+    utils.__doc__ = "Stand-in for SGLang's CUDA JIT loader: any JIT use raises CudaJitReached."
     utils.cache_once = _cache_once
     utils.load_jit = _no_cuda_jit
-    utils.make_cpp_args = _no_cuda_jit
+    utils.make_cpp_args = lambda *args: [str(a).lower() for a in args]
     return utils
 
 
@@ -92,55 +124,94 @@ def _forget_sglang() -> None:
         del sys.modules[name]
 
 
-def _load_standalone() -> None:
+def _sglang_root() -> str:
     spec = importlib.util.find_spec("sglang")  # locates the package without executing it
     if spec is None or not spec.submodule_search_locations:
-        raise ImportError(
-            f"sglang is not installed; pip install --no-deps sglang=={SGLANG_VERSION}"
-        )
-    root = list(spec.submodule_search_locations)[0]
+        raise ImportError("sglang is not installed; pip install --no-deps sglang==X (0.5.13+)")
+    return list(spec.submodule_search_locations)[0]
+
+
+def _layout(root: str) -> tuple[str, str]:
+    """(kv_canary's dotted name, the JIT utilities' dotted package) of the installed wheel."""
+    for folder, jit in LAYOUTS:
+        if os.path.isfile(os.path.join(root, *folder.split("/"), "verify.py")):
+            return "sglang." + folder.replace("/", "."), "sglang." + jit.replace("/", ".")
+    places = " or ".join(f"sglang/{folder}/" for folder, _ in LAYOUTS)
+    raise ImportError(f"sglang {_installed()} has no kv_canary in {places}")
+
+
+def _load_standalone(root: str, kv: str, jit: str) -> None:
     _forget_sglang()
-    parents = {}
-    for name, sub in _STAND_IN_PACKAGES.items():
+    names = set()
+    for dotted in (kv, jit):
+        parts = dotted.split(".")
+        names.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+    for name in sorted(names, key=lambda n: n.count(".")):
         package = types.ModuleType(name)
-        package.__path__ = [os.path.join(root, *sub.split("/")) if sub else root]
+        package.__path__ = [os.path.join(root, *name.split(".")[1:])]
         package.__package__ = name
         sys.modules[name] = package
-        parents[name] = package
         parent, _, child = name.rpartition(".")
         if parent:
-            setattr(parents[parent], child, package)
-    utils = _jit_utils_stand_in()
+            setattr(sys.modules[parent], child, package)
+    utils = _jit_utils_stand_in(f"{jit}.utils")
     sys.modules[utils.__name__] = utils
-    parents["sglang.kernels.jit"].utils = utils
+    sys.modules[jit].utils = utils
 
 
-def _load() -> str:
-    """Import SGLang's kv_canary modules; returns which load was used."""
+def _load() -> tuple[str, str]:
+    """Import SGLang's kv_canary modules: (its dotted name, which load was used)."""
+    root = _sglang_root()
+    kv, jit = _layout(root)
     if torch.cuda.is_available() and os.environ.get("CANARY_SGLANG_STANDALONE") != "1":
         try:
-            importlib.import_module(f"{_KV}.verify")
-            return "complete sglang package (CUDA JIT kernels on CUDA tensors)"
+            importlib.import_module(f"{kv}.verify")
+            return kv, "complete sglang package (CUDA JIT kernels on CUDA tensors)"
         except ImportError:
             _forget_sglang()
-    _load_standalone()
-    return "kv_canary modules alone (torch reference path; CUDA JIT stand-in)"
+    _load_standalone(root, kv, jit)
+    return kv, "kv_canary modules alone (torch reference path; CUDA JIT stand-in)"
 
 
-PATH_TAKEN = _load()
+def _installed() -> str:
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
-consts = importlib.import_module(f"{_KV}.consts")
-verify = importlib.import_module(f"{_KV}.verify")
-write = importlib.import_module(f"{_KV}.write")
-verify_ref = importlib.import_module(f"{_KV}.verify_ref")
-write_ref = importlib.import_module(f"{_KV}.write_ref")
 
-try:
-    _installed = importlib.metadata.version("sglang")
-except importlib.metadata.PackageNotFoundError:  # pragma: no cover - found above
-    _installed = "unknown"
+INSTALLED = _installed()
+LAYOUT, PATH_TAKEN = _load()
 
-__version__ = f"sglang {_installed}: {PATH_TAKEN}"
+
+def _module(name: str) -> types.ModuleType:
+    module = importlib.import_module(f"{LAYOUT}.{name}")
+    missing = [attr for attr in NEEDED[name] if not hasattr(module, attr)]
+    if missing:
+        raise ImportError(
+            f"sglang {INSTALLED}: {LAYOUT}.{name} lacks {', '.join(missing)}, which the "
+            "adapter needs (conformance/adapters/sglang.py)"
+        )
+    return module
+
+
+consts = _module("consts")
+verify = _module("verify")
+write = _module("write")
+verify_ref = _module("verify_ref")
+write_ref = _module("write_ref")
+
+#: Whether the launchers send CPU tensors to the torch reference themselves (0.5.21 and later).
+DISPATCHES_OFF_CUDA = importlib.util.find_spec(f"{LAYOUT}._dispatch") is not None
+if "stand-in" in PATH_TAKEN:
+    PATH_TAKEN += (
+        "; CPU tensors reach the torch reference through SGLang's launchers"
+        if DISPATCHES_OFF_CUDA
+        else "; on CPU tensors SGLang's launchers run their checks, then the torch reference "
+        "in place of the CUDA kernel (no CPU path before 0.5.21)"
+    )
+
+__version__ = f"sglang {INSTALLED}: {PATH_TAKEN}"
 
 RealKvSource = verify.RealKvSource
 RealKvHashMode = consts.RealKvHashMode
@@ -148,8 +219,74 @@ CanaryLaunchTag = verify.CanaryLaunchTag
 VerifyOrWriteContext = verify.VerifyOrWriteContext
 VerifyPlan = verify.VerifyPlan
 WritePlan = write.WritePlan
-launch_canary_write_kernel = write.launch_canary_write_kernel
-launch_canary_verify_kernel = verify.launch_canary_verify_kernel
+
+
+def _off_cuda(context) -> bool:
+    device = getattr(getattr(context, "canary_buf", None), "device", None)
+    return getattr(device, "type", None) != "cuda"
+
+
+def launch_canary_write_kernel(
+    *,
+    context,
+    plan,
+    input_ids,
+    positions,
+    out_cache_loc,
+    enable_write_input_assert,
+    expected_input_tokens,
+    expected_input_positions,
+) -> None:
+    """SGLang's write launcher; its torch reference where the release would need CUDA."""
+    args = dict(
+        context=context,
+        plan=plan,
+        input_ids=input_ids,
+        positions=positions,
+        out_cache_loc=out_cache_loc,
+        enable_write_input_assert=enable_write_input_assert,
+        expected_input_tokens=expected_input_tokens,
+        expected_input_positions=expected_input_positions,
+    )
+    try:
+        write.launch_canary_write_kernel(**args)
+    except CudaJitReached:
+        if not _off_cuda(context):
+            raise
+        write_ref.launch_canary_write_kernel_torch_reference(**args)
+
+
+def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token) -> None:
+    """SGLang's verify launcher; its torch reference where the release would need CUDA."""
+    args = dict(context=context, plan=plan, check_verify_expected_token=check_verify_expected_token)
+    try:
+        verify.launch_canary_verify_kernel(**args)
+    except CudaJitReached:
+        if not _off_cuda(context):
+            raise
+        verify_ref.launch_canary_verify_kernel_torch_reference(**args)
+
+
+def _slot_hashes(sources: tuple, mode, slots: list[int]) -> list[int]:
+    """The release's own per-slot reference hash (u64) of each slot."""
+    cpu = torch.device("cpu")
+    if hasattr(verify_ref, "materialize_real_kv_sources"):  # 0.5.21 and later
+        host_sources = verify_ref.materialize_real_kv_sources(
+            real_kv_sources=sources,
+            real_kv_hash_mode=mode,  # taken as int(mode) there, as in SGLang's launches
+            slot_indices=slots,
+            work_device=cpu,
+        )
+        return [
+            verify_ref._compute_real_kv_hash_scalar(slot_idx=slot, host_sources=host_sources)
+            for slot in slots
+        ]
+    return [
+        verify_ref._compute_real_kv_hash_scalar(
+            slot_idx=slot, real_kv_sources=sources, real_kv_hash_mode=mode, work_device=cpu
+        )
+        for slot in slots
+    ]
 
 
 def fingerprint(sources, slot_indices, *, mode=RealKvHashMode.ALL) -> torch.Tensor:
@@ -162,16 +299,5 @@ def fingerprint(sources, slot_indices, *, mode=RealKvHashMode.ALL) -> torch.Tens
             f"by the CUDA ABI, got {len(sources)}"
         )
     slots = [int(s) for s in slot_indices.tolist()]
-    host_sources = verify_ref.materialize_real_kv_sources(
-        real_kv_sources=sources,
-        real_kv_hash_mode=mode,  # taken as int(mode) there, as in SGLang's launches
-        slot_indices=slots,
-        work_device=torch.device("cpu"),
-    )
-    hashes = [
-        verify_ref._to_signed_int64(
-            verify_ref._compute_real_kv_hash_scalar(slot_idx=slot, host_sources=host_sources)
-        )
-        for slot in slots
-    ]
+    hashes = [verify_ref._to_signed_int64(h) for h in _slot_hashes(sources, mode, slots)]
     return torch.tensor(hashes, dtype=torch.int64, device=slot_indices.device)

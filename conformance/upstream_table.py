@@ -1,0 +1,232 @@
+"""``docs/UPSTREAM.md``: SGLang's history under the suite, generated from the expectations files.
+
+    python -m conformance.upstream table          # write docs/UPSTREAM.md
+    python -m conformance.upstream table --check  # exit 1 if it is out of date
+
+Releases are the columns, divergences the rows: a cell counts the tests that a release's
+expectations file lists with that divergence's tag. The divergences themselves (title, level,
+what an engine sees, the repro script) are :data:`DIVERGENCES`; every tag an expectations file
+uses must be one of them.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+
+from conformance import expectations, upstream
+
+_TAGS = re.compile(r"(?:\[\d+\])+")
+
+
+@dataclass(frozen=True)
+class Divergence:
+    title: str
+    level: str  # the conformance level whose tests show it
+    engine_sees: str = ""  # for a real divergence: what an engine that hits it sees
+    repro: str = ""  # docs/upstream/<script>, for a real divergence
+
+
+DIVERGENCES: dict[int, Divergence] = {
+    1: Divergence(
+        "N-D sources refused: the row width is taken as `shape[1] * element_size()`",
+        "core",
+        "An engine that hands the canary its KV pool as it is, `[pages, page_size, heads, "
+        "head_dim]`, gets a `ValueError` at construction naming a width of `shape[1]` "
+        "elements, and has to reshape every pool into a `[pages, bytes]` view first; a pool "
+        "whose `shape[1] * element_size()` happens to be a multiple of 16 is accepted and then "
+        "hashed over the wrong bytes.",
+        "repro_1_nd_source.py",
+    ),
+    2: Divergence(
+        "the position assert at INT64_MAX: `prev_pos + 1` in Python ints",
+        "core",
+        "A request whose positions run through 2^63 - 1 (a sentinel, or positions offset by a "
+        "large base) gets a spurious `WRITE_POSITION_MISMATCH` row and then `ValueError: "
+        "Overflow when unpacking long long`, after the canary buffer and `slot_run_counter` "
+        "have already changed: the launch fails half done.",
+        "repro_2_position_wrap.py",
+    ),
+    3: Divergence(
+        "refused launches change state: counters move before the error",
+        "core",
+        "A launch that raises (a missing expected-token tensor, a slot stride of 24 bytes) has "
+        "already bumped `kernel_run_counter` (and, in verify, `slot_run_counter`), so an "
+        "engine that retries after fixing the call counts one launch too many, and health "
+        "checks built on the counters drift.",
+        "repro_3_refusal_moves_counters.py",
+    ),
+    4: Divergence(
+        "the launchers' checks run on CUDA only",
+        "core",
+        "On CPU and XPU (the torch reference path) a strided `canary_buf` or token array and "
+        "a wrong expected-tensor combination are not refused: verify reads the strided buffer "
+        "as if it were dense, and write fails later inside torch. The same call raises the "
+        "contract's error on CUDA, so a bug found on a GPU box cannot be reproduced on a "
+        "laptop.",
+        "repro_4_cpu_skips_checks.py",
+    ),
+    5: Divergence(
+        "the contract's own additions (type checks, rules 1, 2, 8 and 10, the §4 and §8 "
+        "launch checks, §11)",
+        "full",
+    ),
+    6: Divergence(
+        "a negative ring write index: the ring is sliced from a negative start",
+        "core",
+        "An engine whose `violation_write_index` is below 0 (set so by its caller, or wrapped "
+        "past 2^31 - 1) sees the torch reference assign its violation rows to "
+        "`ring[index : index + n]`, a slice counted from the ring's end: the rows land in the "
+        "ring's last rows, or the launch fails with a `RuntimeError` about tensor sizes. The "
+        "contract stores nothing below index 0 and counts on; SGLang's CUDA kernel writes "
+        "before the ring, into memory it does not own.",
+        "repro_6_negative_ring_index.py",
+    ),
+    7: Divergence(
+        "rows measured by `shape[1]`: rules 7 and 9 check the dim-1 width, not `stride(0)`",
+        "core",
+        "A source that is a view of a wider pool, rows `stride(0)` apart but `shape[1]` bytes "
+        "wide (a `[pages, 17]` slice of a `[pages, 32]` uint8 pool), is refused with `dim-1 "
+        "byte width must be a multiple of 16` although its rows are where the contract says; "
+        "a source whose `shape[1]` width is a multiple of 16 but whose row stride is not is "
+        "accepted. The messages of rules 7 and 9 name that dim-1 width.",
+        "repro_7_rows_by_shape.py",
+    ),
+    8: Divergence(
+        "rule 9 missing: a row too narrow for its page is accepted",
+        "core",
+        "A source whose rows are narrower than `page_size * num_bytes_per_token` (a wrong page "
+        "size in the engine's config) is accepted at construction; the CUDA kernel then reads "
+        "each page's last slots from past the row, the next page's bytes, and the canary hashes "
+        "memory that is not that slot's KV.",
+        "repro_8_narrow_row_accepted.py",
+    ),
+    9: Divergence(
+        "a source that is not contiguous as a whole is refused at launch",
+        "core",
+        "An engine that gives the canary one layer of its pool, a view whose rows are dense but "
+        "whose pages sit a whole pool row apart, has every write and verify refused with "
+        "`real_kv_sources[0].tensor must be contiguous`, the one layout a pool of several "
+        "layers produces; making a contiguous copy would hash a snapshot instead of the live "
+        "KV (CONTRACT §3).",
+        "repro_9_layer_view_refused.py",
+    ),
+    10: Divergence(
+        "the contiguity error names `canary_buf`, not `context.canary_buf`",
+        "core",
+    ),
+}
+
+
+def _tags(entry: expectations.Entry) -> list[int]:
+    """The divergences an entry shows: the ``[N]`` tags its reason starts with (``[7][9]``)."""
+    match = _TAGS.match(entry.reason)
+    if not match:
+        raise ValueError(f"entry {entry.pattern!r}: its reason starts with no [N] tag")
+    return [int(tag) for tag in re.findall(r"\d+", match.group(0))]
+
+
+def counts() -> dict[str, dict[int, int]]:
+    """Per expectations stem: how many entries carry each tag."""
+    found: dict[str, dict[int, int]] = {}
+    for stem in sorted({r.expectations for r in upstream.RELEASES}):
+        path = upstream.EXPECTATIONS / f"{stem}.txt"
+        tally: dict[int, int] = {}
+        for entry in expectations.parse(path.read_text(), source=str(path)):
+            for tag in _tags(entry):
+                if tag not in DIVERGENCES:
+                    raise ValueError(f"{path}: tag [{tag}] is not in DIVERGENCES")
+                tally[tag] = tally.get(tag, 0) + 1
+        found[stem] = tally
+    return found
+
+
+def example(tag: int) -> tuple[str, str]:
+    """(release, test pattern) of the newest release listing ``tag``."""
+    for entry_release in reversed(upstream.RELEASES):
+        path = upstream.EXPECTATIONS / f"{entry_release.expectations}.txt"
+        for entry in expectations.parse(path.read_text(), source=str(path)):
+            if tag in _tags(entry):
+                return entry_release.version, entry.pattern
+    return "", ""
+
+
+def render() -> str:
+    tallies = counts()
+    releases = upstream.RELEASES
+    lines = [
+        "# SGLang's kv_canary, release by release",
+        "",
+        "Generated by `python -m conformance.upstream table` from `conformance/expectations/` and",
+        "`conformance/upstream_table.py`; `tests/suite/test_upstream.py` fails when it is out of",
+        "date. Do not edit it by hand.",
+        "",
+        "Each column is a release (`tox -e sglang-RELEASE`), each row a divergence from the",
+        "contract. A cell counts the tests that release's expectations file lists for it (`-`:",
+        "none). Releases whose kv_canary files are byte-identical share one file: the `files`",
+        "row names it. Level `full` rows are the contract's own additions, which SGLang never",
+        "promised; `--canary-level core` leaves their tests out.",
+        "",
+    ]
+    header = ["divergence", "level", *(r.version for r in releases), "first", "last"]
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "---|" * len(header))
+    files = ["files", "", *(r.expectations.removeprefix("sglang-") for r in releases), "", ""]
+    lines.append("| " + " | ".join(files) + " |")
+    for tag, divergence in DIVERGENCES.items():
+        cells = [str(tallies[r.expectations].get(tag, 0) or "-") for r in releases]
+        present = [r.version for r, c in zip(releases, cells) if c != "-"]
+        if not present:
+            continue
+        first, last = present[0], present[-1]
+        fixed = last if last != releases[-1].version else "open"
+        lines.append(
+            f"| [{tag}] {divergence.title} | {divergence.level} | "
+            + " | ".join(cells)
+            + f" | {first} | {fixed} |"
+        )
+    lines += [
+        "",
+        "`first` and `last` are the oldest and newest releases whose file shows it (`open`: the",
+        "newest does). A file lists each failing test once, under the divergence that fails it",
+        "first, so an older release can have a divergence that its file does not show: up to",
+        "0.5.20, [9] refuses at launch nearly every source the suite builds, before [2], [3],",
+        "[4] or [6] can show. The repro scripts below tell them apart on any release (that of",
+        "[2] reproduces on 0.5.13; those of [3] and [4] do not, since before 0.5.21 a launcher",
+        "made every check before it reached the kernel).",
+        "",
+    ]
+    lines += ["## The real divergences", ""]
+    for tag, divergence in DIVERGENCES.items():
+        if not divergence.engine_sees:
+            continue
+        release_shown, pattern = example(tag)
+        lines.append(f"### [{tag}] {divergence.title}")
+        lines.append("")
+        lines.append(divergence.engine_sees)
+        lines.append("")
+        if pattern:
+            lines.append(f"Shown by `{pattern}` (in {release_shown}).")
+        if divergence.repro:
+            lines.append(
+                f"Reproduce it with `docs/upstream/{divergence.repro}` "
+                "(`pip install torch sglang==X --no-deps`, then `python` the script)."
+            )
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(*, check: bool = False) -> int:
+    text = render()
+    path = upstream.UPSTREAM_DOC
+    if check:
+        current = path.read_text() if path.exists() else ""
+        if current != text:
+            print(f"{path} is out of date: python -m conformance.upstream table", file=sys.stderr)
+            return 1
+        print(f"{path} is up to date")
+        return 0
+    path.write_text(text)
+    print(f"wrote {path}")
+    return 0

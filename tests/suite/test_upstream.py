@@ -1,0 +1,125 @@
+"""The upstream legs (conformance/upstream.py): every release has its tox leg and its
+expectations file, releases share a file only where their kv_canary files are identical,
+docs/UPSTREAM.md is up to date, the repro scripts reproduce on the installed release what its
+expectations file says, and the core level leaves SGLang only its real divergences."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance import expectations, upstream, upstream_table
+from tests.tools.test_gpu_types import tox_envs
+
+ROOT = Path(__file__).resolve().parents[2]
+REPROS = ROOT / "docs" / "upstream"
+
+
+def tags_of(stem: str) -> set[int]:
+    path = upstream.EXPECTATIONS / f"{stem}.txt"
+    return {tag for e in expectations.parse(path.read_text()) for tag in upstream_table._tags(e)}
+
+
+def test_every_release_has_a_leg_and_a_file():
+    """One tox leg sglang-RELEASE per release, labelled upstream, and each release's file exists."""
+    legs = {name: labels for name, labels in tox_envs().items() if name.startswith("sglang")}
+    assert set(legs) == {f"sglang-{r.version}" for r in upstream.RELEASES}
+    assert all("upstream" in labels for labels in legs.values())
+    for entry in upstream.RELEASES:
+        assert upstream.expectations_file(entry.version).is_file(), entry
+    files = {p.stem for p in upstream.EXPECTATIONS.glob("sglang-*.txt")}
+    assert files == {r.expectations for r in upstream.RELEASES}, "a file no release uses"
+
+
+def test_releases_share_a_file_only_where_their_files_are_identical():
+    """Two releases share an expectations file iff their kv_canary content hashes are equal."""
+    by_file: dict[str, set[str]] = {}
+    by_hash: dict[str, set[str]] = {}
+    for entry in upstream.RELEASES:
+        by_file.setdefault(entry.expectations, set()).add(entry.kv_canary)
+        by_hash.setdefault(entry.kv_canary, set()).add(entry.expectations)
+    assert all(len(hashes) == 1 for hashes in by_file.values()), by_file
+    assert all(len(files) == 1 for files in by_hash.values()), by_hash
+
+
+def test_the_installed_release_is_the_listed_one():
+    """The installed SGLang's kv_canary files hash to what RELEASES lists for its version
+    (each upstream leg runs the same check for its own release)."""
+    entry = upstream.check_installed()
+    assert upstream.content_hash(upstream.installed_kv_canary()) == entry.kv_canary
+
+
+def test_the_content_hash_sees_a_changed_byte(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.py").write_text("y = 2\n")
+    before = upstream.content_hash(tmp_path)
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0")
+    assert upstream.content_hash(tmp_path) == before, "caches are not the package's files"
+    (tmp_path / "sub" / "b.py").write_text("y = 3\n")
+    assert upstream.content_hash(tmp_path) != before
+
+
+def test_upstream_doc_is_up_to_date():
+    """docs/UPSTREAM.md is what `python -m conformance.upstream table` writes."""
+    assert upstream.UPSTREAM_DOC.read_text() == upstream_table.render(), (
+        "docs/UPSTREAM.md is out of date: python -m conformance.upstream table"
+    )
+
+
+def test_every_real_divergence_has_a_repro_script():
+    for tag, divergence in upstream_table.DIVERGENCES.items():
+        if divergence.level == "core" and divergence.engine_sees:
+            assert (REPROS / divergence.repro).is_file(), (tag, divergence.repro)
+    scripts = {p.name for p in REPROS.glob("repro_*.py")}
+    assert scripts == {d.repro for d in upstream_table.DIVERGENCES.values() if d.repro}
+
+
+@pytest.mark.parametrize(
+    "tag", [t for t, d in upstream_table.DIVERGENCES.items() if d.repro], ids=lambda t: f"[{t}]"
+)
+def test_repro_scripts_reproduce_what_the_expectations_say(tag, tmp_path):
+    """Each repro script, run alone from an empty folder against the installed release, exits
+    1 (reproduced) iff that release's expectations file lists its divergence, else 0."""
+    entry = upstream.check_installed()
+    script = REPROS / upstream_table.DIVERGENCES[tag].repro
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    listed = tag in tags_of(entry.expectations)
+    assert done.returncode == (1 if listed else 0), (
+        f"{script.name} on sglang {entry.version} (listed: {listed}): exit {done.returncode}\n"
+        f"{done.stdout}{done.stderr}"
+    )
+    assert ("REPRODUCED" in done.stdout) == listed, done.stdout
+
+
+def test_core_level_leaves_sglang_only_its_real_divergences():
+    """Collected at --canary-level core, the newest release's file matches no test through a
+    full-level entry ([5]) and every real-divergence entry still names a collected test."""
+    newest = upstream.RELEASES[-1]
+    path = upstream.EXPECTATIONS / f"{newest.expectations}.txt"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "conformance", "--collect-only", "-q"]
+        + ["-p", "no:cacheprovider", "--canary-level", "core"]
+        + ["--canary-impl", "conformance.adapters.sglang", "--canary-device", "cpu"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    collected = [line for line in done.stdout.splitlines() if "::" in line]
+    assert collected, done.stdout
+    for entry in expectations.parse(path.read_text()):
+        levels = {upstream_table.DIVERGENCES[tag].level for tag in upstream_table._tags(entry)}
+        matched = [n for n in collected if entry.regex.match(n)]
+        if levels == {"full"}:
+            assert not matched, f"a full-level entry matches core tests: {entry.pattern}"
+        else:
+            assert matched, f"a core entry matches no core test: {entry.pattern}"
