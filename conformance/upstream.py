@@ -29,6 +29,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance import upstream_table
+
 ROOT = Path(__file__).resolve().parent
 EXPECTATIONS = ROOT / "expectations"
 UPSTREAM_DOC = ROOT.parent / "docs" / "UPSTREAM.md"
@@ -141,6 +143,20 @@ def release_of_env(name: str) -> str:
     return match.group(1)
 
 
+def write_table(*, check: bool = False) -> int:
+    """Write docs/UPSTREAM.md, or (``check``) exit 1 if it is not what would be written."""
+    text = upstream_table.render(RELEASES, EXPECTATIONS)
+    if check:
+        if (UPSTREAM_DOC.read_text() if UPSTREAM_DOC.exists() else "") != text:
+            print(f"{UPSTREAM_DOC} is out of date: python -m conformance.upstream table")
+            return 1
+        print(f"{UPSTREAM_DOC} is up to date")
+        return 0
+    UPSTREAM_DOC.write_text(text)
+    print(f"wrote {UPSTREAM_DOC}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m conformance.upstream", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -186,9 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return status
     elif options.command == "table":
-        from conformance import upstream_table
-
-        return upstream_table.main(check=options.check)
+        return write_table(check=options.check)
     return 0
 
 

@@ -1,4 +1,6 @@
-"""``docs/UPSTREAM.md``: SGLang's history under the suite, generated from the expectations files.
+"""``docs/UPSTREAM.md``: SGLang's history under the suite, generated from the expectations files
+of ``conformance.upstream.RELEASES`` (given to :func:`render`, so this module needs no import
+of that one).
 
     python -m conformance.upstream table          # write docs/UPSTREAM.md
     python -m conformance.upstream table --check  # exit 1 if it is out of date
@@ -12,10 +14,11 @@ uses must be one of them.
 from __future__ import annotations
 
 import re
-import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from conformance import expectations, upstream
+from conformance import expectations
 
 _TAGS = re.compile(r"(?:\[\d+\])+")
 
@@ -127,11 +130,16 @@ def _tags(entry: expectations.Entry) -> list[int]:
     return [int(tag) for tag in re.findall(r"\d+", match.group(0))]
 
 
-def counts() -> dict[str, dict[int, int]]:
+def _entries(folder: Path, stem: str) -> list[expectations.Entry]:
+    path = folder / f"{stem}.txt"
+    return expectations.parse(path.read_text(), source=str(path))
+
+
+def counts(releases: Sequence, folder: Path) -> dict[str, dict[int, int]]:
     """Per expectations stem: how many entries carry each tag."""
     found: dict[str, dict[int, int]] = {}
-    for stem in sorted({r.expectations for r in upstream.RELEASES}):
-        path = upstream.EXPECTATIONS / f"{stem}.txt"
+    for stem in sorted({r.expectations for r in releases}):
+        path = folder / f"{stem}.txt"
         tally: dict[int, int] = {}
         for entry in expectations.parse(path.read_text(), source=str(path)):
             for tag in _tags(entry):
@@ -142,19 +150,18 @@ def counts() -> dict[str, dict[int, int]]:
     return found
 
 
-def example(tag: int) -> tuple[str, str]:
+def example(tag: int, releases: Sequence, folder: Path) -> tuple[str, str]:
     """(release, test pattern) of the newest release listing ``tag``."""
-    for entry_release in reversed(upstream.RELEASES):
-        path = upstream.EXPECTATIONS / f"{entry_release.expectations}.txt"
-        for entry in expectations.parse(path.read_text(), source=str(path)):
+    for entry_release in reversed(releases):
+        for entry in _entries(folder, entry_release.expectations):
             if tag in _tags(entry):
                 return entry_release.version, entry.pattern
     return "", ""
 
 
-def render() -> str:
-    tallies = counts()
-    releases = upstream.RELEASES
+def render(releases: Sequence, folder: Path) -> str:
+    """The document for ``releases`` (``conformance.upstream.Release``) and their files."""
+    tallies = counts(releases, folder)
     lines = [
         "# SGLang's kv_canary, release by release",
         "",
@@ -201,7 +208,7 @@ def render() -> str:
     for tag, divergence in DIVERGENCES.items():
         if not divergence.engine_sees:
             continue
-        release_shown, pattern = example(tag)
+        release_shown, pattern = example(tag, releases, folder)
         lines.append(f"### [{tag}] {divergence.title}")
         lines.append("")
         lines.append(divergence.engine_sees)
@@ -215,18 +222,3 @@ def render() -> str:
             )
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
-
-
-def main(*, check: bool = False) -> int:
-    text = render()
-    path = upstream.UPSTREAM_DOC
-    if check:
-        current = path.read_text() if path.exists() else ""
-        if current != text:
-            print(f"{path} is out of date: python -m conformance.upstream table", file=sys.stderr)
-            return 1
-        print(f"{path} is up to date")
-        return 0
-    path.write_text(text)
-    print(f"wrote {path}")
-    return 0

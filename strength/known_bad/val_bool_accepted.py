@@ -3,6 +3,6 @@
 from canary import source
 from strength.known_bad._mutate import export, patch_function
 
-patch_function(source, "_is_int", (" and not isinstance(value, (bool, np.bool_))", ""))
+patch_function(source, "is_int", (" and not isinstance(value, (bool, np.bool_))", ""), rebind=False)
 
 export(globals())
