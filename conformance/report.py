@@ -18,6 +18,7 @@ import shlex
 import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -74,6 +75,18 @@ def first_line(doc: str | None) -> str:
     return (doc or "").strip().splitlines()[0] if (doc or "").strip() else ""
 
 
+SUITE_DIR = Path(__file__).resolve().parent
+
+
+def suite_id(item: pytest.Item) -> str:
+    """``conformance/test_x.py::...`` for a test of the suite, however pytest was pointed at it
+    (run from an installed copy its node id is relative to another folder); other tests' node
+    ids as they are."""
+    if item.path.parent == SUITE_DIR:
+        return f"conformance/{item.path.name}::{item.nodeid.split('::', 1)[1]}"
+    return item.nodeid
+
+
 class Recorder:
     """A pytest plugin object collecting one record per test item."""
 
@@ -92,6 +105,7 @@ class Recorder:
     def pytest_runtest_makereport(self, item, call):
         outcome = yield
         report = outcome.get_result()
+        report.canary_id = suite_id(item)  # kept in this process only (not sent by xdist)
         if report.when == "teardown":
             report.user_properties.append(
                 ("canary_doc", first_line(getattr(item.function, "__doc__", "")))
@@ -101,9 +115,9 @@ class Recorder:
             )
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        name = getattr(report, "canary_id", report.nodeid)
         record = self.items.setdefault(
-            report.nodeid,
-            {"id": report.nodeid, "outcome": "passed", "duration_s": 0.0, "examples": None},
+            name, {"id": name, "outcome": "passed", "duration_s": 0.0, "examples": None}
         )
         record["duration_s"] += report.duration
         for key, value in report.user_properties:
@@ -126,7 +140,7 @@ class Recorder:
         if (
             terminal is None
             or hasattr(self.config, "workerinput")
-            or not report.nodeid.startswith("conformance/")
+            or not getattr(report, "canary_id", report.nodeid).startswith("conformance/")
         ):
             return
         what = "FAILED" if report.when == "call" else f"ERROR in {report.when}"
