@@ -29,6 +29,8 @@ class Divergence:
     level: str  # the conformance level whose tests show it
     engine_sees: str = ""  # for a real divergence: what an engine that hits it sees
     repro: str = ""  # docs/upstream/<script>, for a real divergence
+    #: (oldest, newest) release on which the script reproduces it, measured on every release
+    reproduces: tuple[str, str] = ("", "")
 
 
 DIVERGENCES: dict[int, Divergence] = {
@@ -41,6 +43,7 @@ DIVERGENCES: dict[int, Divergence] = {
         "whose `shape[1] * element_size()` happens to be a multiple of 16 is accepted and then "
         "hashed over the wrong bytes.",
         "repro_1_nd_source.py",
+        ("0.5.13", "0.5.23"),
     ),
     2: Divergence(
         "the position assert at INT64_MAX: `prev_pos + 1` in Python ints",
@@ -50,6 +53,7 @@ DIVERGENCES: dict[int, Divergence] = {
         "Overflow when unpacking long long`, after the canary buffer and `slot_run_counter` "
         "have already changed: the launch fails half done.",
         "repro_2_position_wrap.py",
+        ("0.5.13", "0.5.23"),
     ),
     3: Divergence(
         "refused launches change state: counters move before the error",
@@ -59,6 +63,7 @@ DIVERGENCES: dict[int, Divergence] = {
         "engine that retries after fixing the call counts one launch too many, and health "
         "checks built on the counters drift.",
         "repro_3_refusal_moves_counters.py",
+        ("0.5.21", "0.5.23"),
     ),
     4: Divergence(
         "the launchers' checks run on CUDA only",
@@ -69,6 +74,7 @@ DIVERGENCES: dict[int, Divergence] = {
         "contract's error on CUDA, so a bug found on a GPU box cannot be reproduced on a "
         "laptop.",
         "repro_4_cpu_skips_checks.py",
+        ("0.5.21", "0.5.23"),
     ),
     5: Divergence(
         "the contract's own additions (type checks, rules 1, 2, 8 and 10, the §4 and §8 "
@@ -85,6 +91,7 @@ DIVERGENCES: dict[int, Divergence] = {
         "contract stores nothing below index 0 and counts on; SGLang's CUDA kernel writes "
         "before the ring, into memory it does not own.",
         "repro_6_negative_ring_index.py",
+        ("0.5.13", "0.5.23"),
     ),
     7: Divergence(
         "rows measured by `shape[1]`: rules 7 and 9 check the dim-1 width, not `stride(0)`",
@@ -95,6 +102,7 @@ DIVERGENCES: dict[int, Divergence] = {
         "a source whose `shape[1]` width is a multiple of 16 but whose row stride is not is "
         "accepted. The messages of rules 7 and 9 name that dim-1 width.",
         "repro_7_rows_by_shape.py",
+        ("0.5.13", "0.5.21"),
     ),
     8: Divergence(
         "rule 9 missing: a row too narrow for its page is accepted",
@@ -104,6 +112,7 @@ DIVERGENCES: dict[int, Divergence] = {
         "each page's last slots from past the row, the next page's bytes, and the canary hashes "
         "memory that is not that slot's KV.",
         "repro_8_narrow_row_accepted.py",
+        ("0.5.13", "0.5.20"),
     ),
     9: Divergence(
         "a source that is not contiguous as a whole is refused at launch",
@@ -114,6 +123,7 @@ DIVERGENCES: dict[int, Divergence] = {
         "layers produces; making a contiguous copy would hash a snapshot instead of the live "
         "KV (CONTRACT §3).",
         "repro_9_layer_view_refused.py",
+        ("0.5.13", "0.5.20"),
     ),
     10: Divergence(
         "the contiguity error names `canary_buf`, not `context.canary_buf`",
@@ -216,9 +226,11 @@ def render(releases: Sequence, folder: Path) -> str:
         if pattern:
             lines.append(f"Shown by `{pattern}` (in {release_shown}).")
         if divergence.repro:
+            first, last = divergence.reproduces
             lines.append(
                 f"Reproduce it with `docs/upstream/{divergence.repro}` "
-                "(`pip install torch sglang==X --no-deps`, then `python` the script)."
+                "(`pip install torch sglang==X --no-deps`, then `python` the script): it "
+                f"reproduces on {first} to {last}."
             )
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
