@@ -48,18 +48,20 @@ def test_enums_are_the_contracts(module):
 
 @pytest.mark.parametrize("module", MODULES)
 def test_field_indices_are_the_contracts(module):
-    """``FIELD_<field>`` indexes a canary slot's int64 fields as CONTRACT §5 orders them."""
+    """``CANARY_FIELD_<field>`` (SGLang's name; ``FIELD_<field>`` in canary_torch's private
+    module) indexes a canary slot's int64 fields as CONTRACT §5 orders them."""
     constants = importlib.import_module(module)
+    prefix = "CANARY_FIELD_" if module.startswith("canary.") else "FIELD_"
     for name, field in spec.CanaryField.__members__.items():
-        assert getattr(constants, f"FIELD_{name}") == int(field), name
+        assert getattr(constants, f"{prefix}{name}") == int(field), name
 
 
 def test_ring_columns_are_the_contracts():
-    """canary.constants' ``VIOLATION_<column>`` (SGLang's names) index a ring row as CONTRACT §5 does."""
+    """canary.constants' ``VIOLATION_FIELD_<column>`` (SGLang's names) index a ring row as CONTRACT §5 does."""
     from canary import constants
 
     for name, column in spec.ViolationField.__members__.items():
-        assert getattr(constants, f"VIOLATION_{name}") == int(column), name
+        assert getattr(constants, f"VIOLATION_FIELD_{name}") == int(column), name
 
 
 @pytest.mark.parametrize("name", ["CanaryField", "ViolationField", *ENUMS])
