@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from . import levels, profiles
-from .report import Recorder
+from .report import Recorder, in_suite
 
 if TYPE_CHECKING:
     import torch
@@ -40,7 +40,6 @@ WRITE_VERIFY_NAMES = (
     "launch_canary_verify_kernel",
 )
 ENV_PREFIXES = ("CANARY_", "TRITON_", "HYPOTHESIS_")
-SUITE_DIR = Path(__file__).resolve().parent
 
 
 class Selection(types.SimpleNamespace):
@@ -420,15 +419,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(skip_gpu)
 
 
-def _in_suite(item: pytest.Item) -> bool:
-    return item.path.parent == SUITE_DIR
-
-
 def _select_level(config: pytest.Config, selection: Selection, items: list[pytest.Item]) -> None:
     """Every test of the suite declares its level; a core run deselects the full ones."""
     undeclared, left_out = [], []
     for item in items:
-        if not _in_suite(item):
+        if not in_suite(item):
             continue
         try:
             level = item_level(item)

@@ -78,11 +78,16 @@ def first_line(doc: str | None) -> str:
 SUITE_DIR = Path(__file__).resolve().parent
 
 
+def in_suite(item: pytest.Item) -> bool:
+    """Whether ``item`` is one of the suite's tests (a module of this folder)."""
+    return item.path.parent == SUITE_DIR
+
+
 def suite_id(item: pytest.Item) -> str:
     """``conformance/test_x.py::...`` for a test of the suite, however pytest was pointed at it
     (run from an installed copy its node id is relative to another folder); other tests' node
     ids as they are."""
-    if item.path.parent == SUITE_DIR:
+    if in_suite(item):
         return f"conformance/{item.path.name}::{item.nodeid.split('::', 1)[1]}"
     return item.nodeid
 

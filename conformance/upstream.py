@@ -95,16 +95,38 @@ def installed_version() -> str | None:
         return None
 
 
-def installed_kv_canary() -> Path:
-    """The installed wheel's kv_canary folder (either layout), found without importing sglang."""
+#: Where kv_canary lives in a wheel, newest first: (its folder, the folder of the CUDA JIT
+#: utilities it imports), below ``sglang/``.
+LAYOUTS = (
+    ("kernels/ops/kv_canary", "kernels/jit"),  # 0.5.17 and later
+    ("jit_kernel/kv_canary", "jit_kernel"),  # 0.5.13 to 0.5.16
+)
+
+
+def sglang_root() -> Path:
+    """The installed ``sglang`` package's folder, found without executing it."""
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("sglang is not installed: pip install --no-deps sglang==X")
-    root = Path(list(spec.submodule_search_locations)[0])
-    for folder in ("kernels/ops/kv_canary", "jit_kernel/kv_canary"):
+        raise ImportError("sglang is not installed; pip install --no-deps sglang==X (0.5.13+)")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def layout(root: Path) -> tuple[str, str]:
+    """(kv_canary's folder, the JIT utilities' folder) of the wheel installed at ``root``."""
+    for folder, jit in LAYOUTS:
         if (root / folder / "verify.py").is_file():
-            return root / folder
-    raise SystemExit(f"sglang {installed_version()} has no kv_canary")
+            return folder, jit
+    places = " or ".join(f"sglang/{folder}/" for folder, _ in LAYOUTS)
+    raise ImportError(f"sglang {installed_version()} has no kv_canary in {places}")
+
+
+def installed_kv_canary() -> Path:
+    """The installed wheel's kv_canary folder (either layout)."""
+    try:
+        root = sglang_root()
+        return root / layout(root)[0]
+    except ImportError as error:
+        raise SystemExit(str(error)) from None
 
 
 def release(version: str) -> Release:

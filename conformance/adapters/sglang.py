@@ -56,23 +56,18 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.metadata
 import importlib.util
 import os
 import sys
 import types
+from pathlib import Path
 
 import torch
 
+from conformance import upstream
+
 #: What the suite may give this implementation: sources of at most 2 dimensions.
 CANARY_CAPABILITIES = {"source_ndim_max": 2}
-
-#: Where kv_canary lives, newest first: (its folder in the wheel, the folder of the CUDA JIT
-#: utilities it imports). The dotted names follow from the folders.
-LAYOUTS = (
-    ("kernels/ops/kv_canary", "kernels/jit"),  # 0.5.17 and later
-    ("jit_kernel/kv_canary", "jit_kernel"),  # 0.5.13 to 0.5.16
-)
 
 #: What the suite needs of each kv_canary module.
 NEEDED = {
@@ -124,23 +119,7 @@ def _forget_sglang() -> None:
         del sys.modules[name]
 
 
-def _sglang_root() -> str:
-    spec = importlib.util.find_spec("sglang")  # locates the package without executing it
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError("sglang is not installed; pip install --no-deps sglang==X (0.5.13+)")
-    return list(spec.submodule_search_locations)[0]
-
-
-def _layout(root: str) -> tuple[str, str]:
-    """(kv_canary's dotted name, the JIT utilities' dotted package) of the installed wheel."""
-    for folder, jit in LAYOUTS:
-        if os.path.isfile(os.path.join(root, *folder.split("/"), "verify.py")):
-            return "sglang." + folder.replace("/", "."), "sglang." + jit.replace("/", ".")
-    places = " or ".join(f"sglang/{folder}/" for folder, _ in LAYOUTS)
-    raise ImportError(f"sglang {_installed()} has no kv_canary in {places}")
-
-
-def _load_standalone(root: str, kv: str, jit: str) -> None:
+def _load_standalone(root: Path, kv: str, jit: str) -> None:
     _forget_sglang()
     names = set()
     for dotted in (kv, jit):
@@ -148,7 +127,7 @@ def _load_standalone(root: str, kv: str, jit: str) -> None:
         names.update(".".join(parts[: i + 1]) for i in range(len(parts)))
     for name in sorted(names, key=lambda n: n.count(".")):
         package = types.ModuleType(name)
-        package.__path__ = [os.path.join(root, *name.split(".")[1:])]
+        package.__path__ = [str(root.joinpath(*name.split(".")[1:]))]
         package.__package__ = name
         sys.modules[name] = package
         parent, _, child = name.rpartition(".")
@@ -161,8 +140,8 @@ def _load_standalone(root: str, kv: str, jit: str) -> None:
 
 def _load() -> tuple[str, str]:
     """Import SGLang's kv_canary modules: (its dotted name, which load was used)."""
-    root = _sglang_root()
-    kv, jit = _layout(root)
+    root = upstream.sglang_root()
+    kv, jit = ("sglang." + folder.replace("/", ".") for folder in upstream.layout(root))
     if torch.cuda.is_available() and os.environ.get("CANARY_SGLANG_STANDALONE") != "1":
         try:
             importlib.import_module(f"{kv}.verify")
@@ -173,14 +152,7 @@ def _load() -> tuple[str, str]:
     return kv, "kv_canary modules alone (torch reference path; CUDA JIT stand-in)"
 
 
-def _installed() -> str:
-    try:
-        return importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
-INSTALLED = _installed()
+INSTALLED = upstream.installed_version() or "unknown"
 LAYOUT, PATH_TAKEN = _load()
 
 

@@ -19,15 +19,20 @@ ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "conformance"
 
 
-def collect(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+def pytest_run(*args: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess:
+    """``pytest ARGS`` in a fresh process on CPU tensors, with ``env`` set."""
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "CANARY_DEVICE": "cpu"},
+        env={**os.environ, "CANARY_DEVICE": "cpu", **env},
     )
+
+
+def collect(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return pytest_run("--collect-only", "-q", *args, cwd=cwd)
 
 
 @pytest.fixture(scope="module")
@@ -91,25 +96,11 @@ def test_a_core_run_leaves_the_full_tests_out(collected):
 
 
 def test_the_level_comes_from_the_environment_and_is_checked():
-    env_core = subprocess.run(
-        [sys.executable, "-m", "pytest", "conformance/test_plans.py", "-p", "no:cacheprovider"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "CANARY_DEVICE": "cpu", "CANARY_LEVEL": "core"},
-    )
+    env_core = pytest_run("conformance/test_plans.py", CANARY_LEVEL="core")
     assert env_core.returncode == 0, env_core.stdout + env_core.stderr
     assert "canary level: core" in env_core.stdout
     assert "at level core" in env_core.stdout
-    bad = subprocess.run(
-        [sys.executable, "-m", "pytest", "conformance/test_plans.py", "--co", "-q"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "CANARY_LEVEL": "most"},
-    )
+    bad = pytest_run("conformance/test_plans.py", "--co", "-q", CANARY_LEVEL="most")
     assert bad.returncode == 4 and "CANARY_LEVEL='most'" in bad.stdout + bad.stderr
 
 
