@@ -61,17 +61,27 @@ def check_sources(sources: Sequence[RealKvSource], device: torch.device, what: s
 
 
 def check_slots_in_sources(
-    sources: Sequence[RealKvSource], slots: torch.Tensor, what: str = "slot"
+    sources: Sequence[RealKvSource],
+    slots: torch.Tensor,
+    what: str = "slot",
+    given: torch.Tensor | None = None,
 ) -> None:
-    """Every slot in ``slots`` (a host int64 tensor) is addressable in every source."""
+    """Every slot in ``slots`` (a host int64 tensor) is addressable in every source.
+
+    A slot outside is named as ``given`` holds it (the caller's tensor, of any integer dtype,
+    that ``slots`` was cast from; default ``slots``): a uint64 2^63 is 9223372036854775808,
+    not the -9223372036854775808 of its int64 cast (CONTRACT §4)."""
     if slots.numel() == 0:
         return
-    low = int(slots.min())
-    high = int(slots.max())
+    low_at = int(slots.argmin())
+    high_at = int(slots.argmax())
+    low = int(slots[low_at])
+    high = int(slots[high_at])
     for index, source in enumerate(sources):
         capacity = source.capacity
         if low < 0 or high >= capacity:
-            bad = low if low < 0 else high
+            at = low_at if low < 0 else high_at
+            bad = (slots if given is None else given)[at].item()
             raise IndexError(
                 f"kv-canary: {what} {bad} is out of range for real_kv_sources[{index}] "
                 f"with capacity {capacity} slots"
@@ -164,7 +174,7 @@ def check_fingerprint_args(
     check_sources(sources, slot_indices.device, "slot_indices")
     slots = slot_indices.to(torch.int64).contiguous()
     if mode != RealKvHashMode.NONE and sources:
-        check_slots_in_sources(sources, slots.cpu())
+        check_slots_in_sources(sources, slots.cpu(), given=slot_indices)
     return sources, slots, mode
 
 

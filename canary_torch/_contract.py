@@ -309,19 +309,25 @@ def refuse_sources_elsewhere(sources: Sequence, device: torch.device, where: str
             )
 
 
-def refuse_slots_past_sources(sources: Sequence[RealKvSource], slots, what: str) -> None:
-    """IndexError for the first source that lacks some slot of ``slots`` (host int64)."""
+def refuse_slots_past_sources(
+    sources: Sequence[RealKvSource], slots, what: str, as_given=None
+) -> None:
+    """IndexError for the first source that lacks some slot of ``slots`` (host int64). The
+    slot is named by its value in ``as_given``, the caller's own tensor before the int64 cast
+    (CONTRACT §4: a uint64 slot past 2^63 is named as that number, not as a negative one)."""
     if len(slots) == 0:
         return
     smallest, largest = int(slots.min()), int(slots.max())
     for i, source in enumerate(sources):
         capacity = source.capacity
-        outside = smallest if smallest < 0 else largest if largest >= capacity else None
-        if outside is not None:
-            raise IndexError(
-                f"kv-canary: {what} {outside} is not in real_kv_sources[{i}], which has "
-                f"capacity {capacity} slots"
-            )
+        if smallest >= 0 and largest < capacity:
+            continue
+        first = int(((slots < 0) | (slots >= capacity)).nonzero()[0, 0])
+        outside = (slots if as_given is None else as_given)[first].item()
+        raise IndexError(
+            f"kv-canary: {what} {outside} is not in real_kv_sources[{i}], which has "
+            f"capacity {capacity} slots"
+        )
 
 
 class FingerprintArgs(NamedTuple):
@@ -353,7 +359,7 @@ def fingerprint_args(sources, slot_indices, mode) -> FingerprintArgs:
     refuse_sources_elsewhere(sources, slot_indices.device, "slot_indices")
     slots = slot_indices.to(torch.int64).contiguous()
     if mode is not RealKvHashMode.NONE:  # NONE reads no source, so it checks no slot
-        refuse_slots_past_sources(sources, slots.cpu(), "slot")
+        refuse_slots_past_sources(sources, slots.cpu(), "slot", slot_indices)
     return FingerprintArgs(sources, slots, mode)
 
 

@@ -52,6 +52,9 @@ _LAUNCH_ADDITIONS = (
     "write: offsets past the token arrays",
     "write: offsets start at -1",
     "write: seed 8 of 8 slots",
+    "write: seed 4294967297 of 8 slots",
+    "write: out_cache_loc int32 2147483647 of 8 slots",
+    "write: offsets past the token arrays at 1099511627776",
     "write: slot 0 of a canary_buf of no slots",
     "write: seed slot 0 of a canary_buf of no slots",
     "write: out_cache_loc 12 of 8 slots",
@@ -63,6 +66,8 @@ _LAUNCH_ADDITIONS = (
     "verify: verify slot -1*",
     "verify: verify slot 1 past a 1-slot source",
     "verify: prev slot 30 of 8",
+    "verify: verify slot 9223372036854775807",
+    "verify: prev slot 4294967299 of 8",
 )
 
 #: Every test of the suite ("module.py::function"): its level, or its full-level case patterns.
@@ -106,6 +111,7 @@ LEVELS: dict[str, str | tuple[str, ...]] = {
     "test_fingerprint.py::test_launch_checks_source_cap_comes_first": CORE,
     "test_fingerprint.py::test_launch_checks_device": FULL,
     "test_fingerprint.py::test_launch_checks_slot_range": FULL,
+    "test_fingerprint.py::test_a_refused_slot_is_named_as_given": FULL,
     # stored vectors of §2-§7
     "test_golden.py::test_fingerprint_vector": CORE,
     "test_golden.py::test_write_verify_vector": CORE,

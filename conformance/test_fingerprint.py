@@ -574,3 +574,52 @@ def test_launch_checks_slot_range(impl, device, data):
     assert re.search(rf"(real_kv_sources\[{first}\]|\bsource {first})(?!\d)", message), (
         f"IndexError {message!r} does not name source {first}"
     )
+
+
+#: Every integer dtype a slot tensor may have (CONTRACT §11), narrow and unsigned ones too.
+SLOT_DTYPES = (
+    torch.int8, torch.int16, torch.int32, torch.int64,
+    torch.uint8, torch.uint16, torch.uint32, torch.uint64,
+)  # fmt: skip
+
+
+def slot_edges(dtype: torch.dtype, capacity: int) -> list[int]:
+    """Out-of-range slots of ``dtype`` where a cast shows: its extremes, and the first values
+    that a cast to int64 or int32 turns negative or small."""
+    info = torch.iinfo(dtype)
+    edges = {info.min, info.max, -1, capacity, 2**31, 2**32 + 1, 2**63, 2**63 + capacity}
+    return sorted(v for v in edges if info.min <= v <= info.max and not 0 <= v < capacity)
+
+
+@examples(0.5)
+@given(data=st.data())
+def test_a_refused_slot_is_named_as_given(impl, device, data):
+    """A slot outside a source is named as the caller gave it, in any integer dtype: uint64 2^63 is 9223372036854775808, never its int64 cast."""
+    layouts = data.draw(
+        st_kv.source_tuples(min_sources=1, max_sources=2, **profiles.layout_sizes()),
+        label="layouts",
+    )
+    capacity = min(layout.capacity for layout in layouts)
+    dtypes = [d for d in SLOT_DTYPES if slot_edges(d, capacity)]  # uint8 holds no slot past 255
+    dtype = data.draw(st.sampled_from(dtypes), label="dtype")
+    info = torch.iinfo(dtype)
+    outside = [st.sampled_from(slot_edges(dtype, capacity))]
+    if info.min < 0:
+        outside.append(st.integers(info.min, -1))
+    if capacity <= info.max:
+        outside.append(st.integers(capacity, info.max))
+    bad = data.draw(st.one_of(outside), label="bad slot")
+    valid = st.integers(0, min(capacity - 1, info.max)) if capacity else st.nothing()
+    good = data.draw(st.lists(valid, max_size=3), label="good slots")
+    slots = data.draw(st.permutations([*good, bad]), label="slots")
+    mode = data.draw(st.sampled_from([1, 2]), label="mode")
+    sources = [st_kv.materialize(layout, device).build(impl) for layout in layouts]
+    with pytest.raises(Exception) as caught:
+        impl.fingerprint(sources, torch.tensor(slots, dtype=dtype, device=device), mode=mode)
+    assert_error_type(caught, IndexError)
+    message = str(caught.value)
+    # the number as given, whole: not "-1" for uint64 2^64 - 1, nor "-9223372036854775808"
+    # for 2^63, nor the tail of a longer number
+    assert re.search(rf"(?<![\w-]){re.escape(str(bad))}(?!\d)", message), (
+        f"IndexError {message!r} does not name slot {bad} as given in a {dtype} tensor"
+    )

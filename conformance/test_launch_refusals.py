@@ -68,6 +68,17 @@ def slots_of(stride_bytes: int):
     return lambda t, d: torch.zeros(NUM_SLOTS, stride_bytes, dtype=torch.uint8, device=d)
 
 
+def int32_with(index: int, value: int):
+    """The tensor as int32 (a token array may be int32), with entry ``index`` set to ``value``."""
+
+    def make(tensor: torch.Tensor, device) -> torch.Tensor:
+        narrow = tensor.to(torch.int32)
+        narrow[index] = value
+        return narrow
+
+    return make
+
+
 def five_sources(launch: Launch, device):
     launch.context["real_kv_sources"] = tuple(launch.context["real_kv_sources"]) * 5
 
@@ -340,6 +351,29 @@ CASES = [
         IndexError,
         words=("out_cache_loc", "12"),
     ),
+    # values past 32 bits, named as given: a check made on a 32-bit copy would let
+    # 2^32 + 1 through as slot 1, or name another number
+    BadLaunch(
+        "seed 4294967297 of 8 slots",
+        WRITE,
+        set_item("plan", "write_seed_slot_indices", 1, 2**32 + 1),
+        IndexError,
+        words=("write_seed_slot_indices", str(2**32 + 1)),
+    ),
+    BadLaunch(
+        "out_cache_loc int32 2147483647 of 8 slots",
+        WRITE,
+        set_in("args", "out_cache_loc", int32_with(4, 2**31 - 1)),
+        IndexError,
+        words=("out_cache_loc", str(2**31 - 1)),
+    ),
+    BadLaunch(
+        "offsets past the token arrays at 1099511627776",
+        WRITE,
+        set_item("plan", "write_offsets", 2, 2**40),
+        ValueError,
+        words=("write_offsets", str(2**40)),
+    ),
     # verify plan
     BadLaunch(
         "verify slots strided",
@@ -427,6 +461,20 @@ CASES = [
         set_item("plan", "verify_prev_slot_indices", 1, 30),
         IndexError,
         words=("verify_prev_slot_indices", "30"),
+    ),
+    BadLaunch(
+        "verify slot 9223372036854775807",
+        VERIFY,
+        set_item("plan", "verify_slot_indices", 3, 2**63 - 1),
+        IndexError,
+        words=("verify_slot_indices", str(2**63 - 1)),
+    ),
+    BadLaunch(
+        "prev slot 4294967299 of 8",
+        VERIFY,
+        set_item("plan", "verify_prev_slot_indices", 1, 2**32 + 3),
+        IndexError,
+        words=("verify_prev_slot_indices", str(2**32 + 3)),
     ),
 ]
 

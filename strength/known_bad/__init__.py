@@ -147,6 +147,7 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("strength.known_bad.launch_none_checks_slots", _L, "mode NONE still checks slot ranges", (_FP + "test_none_and_no_sources_read_nothing",)),
     Entry("strength.known_bad.launch_slot_range_value_error", _L, "an out-of-range slot raises ValueError", (_FP + "test_launch_checks_slot_range", *WV_LAUNCH)),
     Entry("strength.known_bad.launch_cap_after_device_check", _L, "the 4-source cap is checked after the device check", (_FP + "test_launch_checks_source_cap_comes_first",)),
+    Entry("strength.known_bad.launch_slot_named_after_int64_cast", _L, "a refused slot is named by its int64 cast (uint64 2^63 as -2^63)", (_FP + "test_a_refused_slot_is_named_as_given",)),
     # CONTRACT §8: launch checks of write and verify
     Entry("strength.known_bad.launch_disabled_plan_index_checked", _L, "a disabled verify plan is index-checked", (_LV + "test_disabled_verify_is_not_index_checked", _WV + "test_disabled_verify_only_counts_the_launch")),
     Entry("strength.known_bad.launch_source_range_unchecked", _L, "write/verify skip the source capacity check", WV_LAUNCH),
@@ -173,6 +174,7 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("strength.known_bad.bounds_fold_reads_slot_minus_1", _B, "a -1 slot reads the row before each source", (_FP + "test_fingerprint_equals_reference", _GOLD_FP, _GOLD_WV)),
     Entry("strength.known_bad.bounds_write_reads_past_request", _B, "write reads one entry past each request", (_WV + "test_write_equals_reference", _GOLD_WV)),
     Entry("strength.known_bad.bounds_verify_reads_past_plan", _B, "verify reads one entry past the plan", (_WV + "test_verify_equals_reference", _GOLD_WV)),
+    Entry("strength.known_bad.bounds_slots_checked_in_int32", _B, "launch slot ranges are checked on a 32-bit copy", (_LV + "test_bad_launch_raises_before_any_work",)),
     # Bugs that live only at engine scale: each is listed with its property of
     # conformance/test_scale.py alone (the vectors of test_golden_scale.py kill four of them
     # too, but would add 20 s to each run under the interpreter)
