@@ -7,12 +7,16 @@ taken, the failing example if any, and the reason of every skip. Facts travel on
 A failing property is also announced the moment it fails, in one short paragraph (what
 failed, when, the first lines of its message, how to rerun it alone), while the run goes
 on; the full failure with its draws and reproducing snippet follows at the end as usual.
+
+Where ``GITHUB_STEP_SUMMARY`` names a file (as in a GitHub Actions job), the summary table is
+also appended to it as Markdown, under a heading that names the implementation and device.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import os
 import re
 import shlex
 import sys
@@ -22,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+#: The outcomes pytest counts on its last line ("455 passed, 2 xfailed in 12.3s"), in its order.
+TEST_OUTCOMES = ("failed", "passed", "skipped", "deselected", "xfailed", "xpassed", "error")
 _EXAMPLES = re.compile(r"(\d+) passing, (\d+) failing, and (\d+) invalid")
 _FAILURE_START = ("Falsifying", "Failing test case", "E   ", "E       ")
 
@@ -196,6 +202,27 @@ class Recorder:
             group["outcome"] = min(present, key=order.get) if present else "not run"
         return sorted(groups.values(), key=lambda g: g["name"])
 
+    def test_counts(self) -> dict[str, int]:
+        """Tests per outcome so far, as pytest's last line counts them (``passed``, ``xfailed``,
+        ``deselected``, ...; outcomes with no test left out)."""
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        stats = getattr(terminal, "stats", {})
+        return {key: len(stats[key]) for key in TEST_OUTCOMES if stats.get(key)}
+
+    def totals_line(self, groups: list[dict]) -> str:
+        """``55 passed properties at level full``: the outcomes of the properties, and the level."""
+        totals: dict[str, int] = defaultdict(int)
+        for g in groups:
+            totals[g["outcome"]] += 1
+        line = ", ".join(f"{n} {outcome}" for outcome, n in sorted(totals.items())) + " properties"
+        level = getattr(getattr(self.config, "_canary_selection", None), "level", None)
+        if level:
+            left_out = len(getattr(self.config, "_canary_level_left_out", ()))
+            line += f" at level {level}" + (
+                f" ({left_out} tests of the contract's additions not run)" if left_out else ""
+            )
+        return line
+
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config) -> None:
         groups = [g for g in self.grouped() if g["name"].startswith("conformance/")]
         if not groups:
@@ -211,19 +238,41 @@ class Recorder:
             )
             for reason in sorted(g["skip_reasons"]):
                 write(f"{'':<{width}}    skipped: {reason}")
-        totals = defaultdict(int)
-        for g in groups:
-            totals[g["outcome"]] += 1
-        line = ", ".join(f"{n} {outcome}" for outcome, n in sorted(totals.items())) + " properties"
-        level = getattr(getattr(config, "_canary_selection", None), "level", None)
-        if level:
-            left_out = len(getattr(config, "_canary_level_left_out", ()))
-            line += f" at level {level}" + (
-                f" ({left_out} tests of the contract's additions not run)" if left_out else ""
-            )
+        line = self.totals_line(groups)
         write(line)
         if self.path:
             write(f"report written to {self.path}")
+        step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if step_summary and not hasattr(config, "workerinput"):
+            with open(step_summary, "a", encoding="utf-8") as handle:
+                handle.write(self.markdown(groups, line, exitstatus))
+            write(f"summary also written to GITHUB_STEP_SUMMARY ({step_summary})")
+
+    def markdown(self, groups: list[dict], totals: str, exitstatus) -> str:
+        """The summary table as GitHub-flavoured Markdown, for a job's step summary."""
+        selection = getattr(self.config, "_canary_selection", None)
+        title = "KV-canary conformance"
+        if selection is not None:
+            title += f": {selection.module_name} on {selection.device}"
+        counts = ", ".join(f"{n} {key}" for key, n in self.test_counts().items())
+        lines = [
+            f"## {title}",
+            "",
+            f"**{totals}** ({counts or 'no tests'}; exit status {int(exitstatus)})",
+            "",
+            "| property | outcome | cases | examples | seconds |",
+            "|---|---|---:|---:|---:|",
+        ]
+        for g in groups:
+            name = g["name"].split("::")[-1]
+            outcome = (
+                g["outcome"] if g["outcome"] in ("passed", "skipped") else f"**{g['outcome']}**"
+            )
+            lines.append(
+                f"| `{name}` | {outcome} | {g['count']} | {g['examples'] or '-'} | "
+                f"{g['duration_s']:.2f} |"
+            )
+        return "\n".join(lines) + "\n\n"
 
     def pytest_sessionfinish(self, session, exitstatus) -> None:
         if not self.path or hasattr(self.config, "workerinput"):
@@ -255,6 +304,8 @@ class Recorder:
                 outcome: sum(1 for p in properties if p["outcome"] == outcome)
                 for outcome in ("passed", "failed", "error", "skipped")
             },
+            # tests (not properties) per outcome, as pytest's last line counts them
+            "tests": self.test_counts(),
             "properties": properties,
         }
         with open(self.path, "w", encoding="utf-8") as handle:

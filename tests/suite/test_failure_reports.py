@@ -5,6 +5,9 @@ and reproduction snippets that fail the way the test failed when pasted."""
 from __future__ import annotations
 
 import importlib
+import json
+import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -42,11 +45,11 @@ def run_python(code: str) -> subprocess.CompletedProcess:
     )
 
 
-def run_suite(*args: str, quiet: bool = True) -> subprocess.CompletedProcess:
+def run_suite(*args: str, quiet: bool = True, env=None) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args]
     if quiet:
         command.append("-q")
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
 
 
 # --- --canary-impl: a dotted name, a .py file, a package directory ------------------------
@@ -238,6 +241,41 @@ def test_a_failure_is_announced_before_the_end():
     assert (
         "rerun alone: " in out[announced:] and "--canary-impl strength.known_bad" in out[announced:]
     )
+
+
+def test_the_summary_also_goes_to_the_github_step_summary(tmp_path):
+    """With GITHUB_STEP_SUMMARY set, the summary table is appended to that file as Markdown
+    (failures in bold, the counts of pytest's last line), and the JSON report counts the tests
+    as that line does."""
+    summary = tmp_path / "step-summary.md"
+    summary.write_text("earlier step\n")
+    report = tmp_path / "report.json"
+    done = run_suite(
+        "conformance/test_spec_vectors.py",
+        "--canary-impl",
+        "strength.known_bad.hash_big_endian_words",
+        "--canary-report",
+        str(report),
+        env={**os.environ, "GITHUB_STEP_SUMMARY": str(summary)},
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    last = re.findall(r"^=* ?(\d+ \w+(?:, \d+ \w+)*) in [\d.]+s", done.stdout, re.M)[-1]
+    counts = {outcome: int(n) for n, outcome in re.findall(r"(\d+) (\w+)", last)}
+    assert json.loads(report.read_text())["tests"] == counts
+    text = summary.read_text()
+    assert text.startswith("earlier step\n## KV-canary conformance: ")
+    assert "strength.known_bad.hash_big_endian_words on cpu" in text
+    assert f"({last}; exit status 1)" in text
+    assert "| property | outcome | cases | examples | seconds |" in text
+    assert re.search(r"^\| `test_spec_fingerprint_vectors` \| \*\*failed\*\* \| 5 \|", text, re.M)
+    assert re.search(r"^\| `test_enums_are_the_contracts` \| passed \| 2 \|", text, re.M)
+    # without the variable, nothing is written anywhere
+    assert "GITHUB_STEP_SUMMARY" in done.stdout
+    quiet = run_suite(
+        "conformance/test_spec_vectors.py",
+        env={k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"},
+    )
+    assert quiet.returncode == 0 and "GITHUB_STEP_SUMMARY" not in quiet.stdout
 
 
 # --- snippets reproduce the verdict ------------------------------------------------------
