@@ -14,4 +14,4 @@ PACKAGES = (
 )
 
 #: Every top folder of the project's own text: its code, its tests, scripts, docs and CI.
-FOLDERS = (*PACKAGES, "tests", "scripts", "docs", ".ci")
+FOLDERS = (*PACKAGES, "tests", "scripts", "docs", ".ci", ".github")

@@ -4,8 +4,9 @@ hardware check.
 Each GPU type names its vendor, the words that identify it in a device name, and the
 compiler target its kernels are built for. Several GPU types can share a target (H100 and
 H200 are both sm_90); the compile legs are the distinct targets, in table order. ``tox.ini``
-spells the same names (``cuda-h200``, ``compile-sm90``); ``tests/tools/test_gpu_types.py`` checks
-that it does.
+spells the same names (``cuda-h200``, ``compile-sm90``), and ``.github/workflows/gpu.yml`` has
+one job per GPU type on that type's runner labels; ``tests/tools/test_gpu_types.py`` and
+``tests/tools/test_workflows.py`` check that they do.
 """
 
 from __future__ import annotations
@@ -27,6 +28,12 @@ class GpuType:
     def leg(self) -> str:
         """The tox env of this GPU type's conformance leg, e.g. ``cuda-h200``."""
         return f"{self.vendor}-{self.label}"
+
+    @property
+    def runner_labels(self) -> tuple[str, ...]:
+        """The ``runs-on`` labels of the self-hosted GitHub Actions runner that its job of
+        ``.github/workflows/gpu.yml`` needs, e.g. ``("self-hosted", "linux", "x64", "gpu-h200")``."""
+        return ("self-hosted", "linux", "x64", f"gpu-{self.label}")
 
     @property
     def backend(self) -> str:

@@ -137,7 +137,7 @@ def test_kv_canary_messages_in_the_suite_are_in_the_contract(path):
 #: The project's own text: every file of its folders, and these files at the top.
 TEXT_FOLDERS = FOLDERS
 TEXT_FILES = ("README.md", "CONTRIBUTING.md", "tox.ini", "pyproject.toml")
-TEXT_SUFFIXES = (".py", ".md", ".txt", ".toml", ".sh", ".ini", ".json", "")
+TEXT_SUFFIXES = (".py", ".md", ".txt", ".toml", ".sh", ".ini", ".json", ".yml", ".yaml", "")
 #: What the project must not cite: a document a clone does not have (built from pieces, so
 #: that this file does not cite it either).
 FOREIGN = ("SPEC" + " §", "SPEC" + ".md")

@@ -1,0 +1,150 @@
+"""The GitHub Actions workflows (``.github/workflows/``) against what they must run.
+
+- ``gpu.yml`` has one job per GPU type of ``tools/gpu_types.py``, on that type's runner labels,
+  and each job runs the type's tox leg and the GPU check, uploads the report and the benchmark
+  JSON and compares the benchmarks with the baseline stored for its type;
+  ``.github/actionlint.yaml`` declares exactly those runner labels.
+- ``nightly.yml`` runs every mutation session of ``strength/mutation/`` and every SGLang
+  release of ``conformance/upstream.py``.
+- ``ci.yml`` runs the README's test command.
+
+Each disagreement is one line of a failure, with what the workflow should say. That the
+workflows are valid and safe is for actionlint and zizmor (the lint step of
+``scripts/tests.sh``).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conformance.upstream import RELEASES
+from tools.gpu_types import GPU_TYPES
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOWS = ROOT / ".github" / "workflows"
+#: runner labels GitHub gives every self-hosted runner; actionlint knows them
+BUILTIN_LABELS = {"self-hosted", "linux", "x64"}
+
+
+def workflow(name: str) -> dict:
+    return yaml.safe_load((WORKFLOWS / name).read_text())
+
+
+def steps_text(job: dict) -> str:
+    """Every step's ``uses`` and ``run`` text of ``job``, one after the other."""
+    return "\n".join(
+        f"{step.get('uses', '')}\n{step.get('run', '')}\n{step.get('with', '')}"
+        for step in job["steps"]
+    )
+
+
+def gpu_disagreements(gpu_workflow: dict) -> list[str]:
+    """How ``gpu.yml`` (parsed) and the GPU-type table disagree; empty when they agree."""
+    job = gpu_workflow["jobs"]["gpu"]
+    problems = []
+    if job.get("runs-on") != "${{ matrix.runner }}":
+        problems.append(f"runs-on is {job.get('runs-on')!r}, not '${{{{ matrix.runner }}}}'")
+    entries = job.get("strategy", {}).get("matrix", {}).get("include", [])
+    got = {entry.get("leg"): tuple(entry.get("runner", ())) for entry in entries}
+    want = {gpu.leg: gpu.runner_labels for gpu in GPU_TYPES}
+    if len(entries) != len(got):
+        problems.append("a leg has more than one job")
+    for leg in want.keys() - got.keys():
+        problems.append(
+            f"no job for GPU type {leg}: add `- leg: {leg}` with "
+            f"`runner: [{', '.join(want[leg])}]` to the matrix"
+        )
+    for leg in got.keys() - want.keys():
+        problems.append(f"a job for {leg}, which is no GPU type of tools/gpu_types.py")
+    for leg in want.keys() & got.keys():
+        if got[leg] != want[leg]:
+            problems.append(f"{leg} runs on {list(got[leg])}, the table says {list(want[leg])}")
+    text = steps_text(job)
+    for what, pattern in (
+        ("the tox leg", r'tox" -e "\$LEG"'),
+        ("the GPU check", r"tools/gpu_check\.sh"),
+        ("the stored baseline, per leg", r"actions/cache/restore@[\s\S]*benchmarks-\$\{\{ matrix\.leg \}\}"),
+        ("the benchmark comparison", r"--benchmark-compare-fail=median:"),
+        ("the upload", r"actions/upload-artifact@[\s\S]*conformance-report\.json[\s\S]*benchmarks\.json"),
+    ):  # fmt: skip
+        if not re.search(pattern, text):
+            problems.append(f"the job does not run {what}")
+    if job.get("env", {}).get("LEG") != "${{ matrix.leg }}":
+        problems.append("LEG is not the matrix's leg")
+    return problems
+
+
+def test_gpu_jobs_are_the_gpu_types():
+    """gpu.yml has one job per GPU type, on the table's runner labels, running its tox leg, the GPU check, the upload and the benchmark comparison."""
+    assert gpu_disagreements(workflow("gpu.yml")) == []
+
+
+def mismatched(change) -> list[str]:
+    changed = copy.deepcopy(workflow("gpu.yml"))
+    change(changed["jobs"]["gpu"])
+    return gpu_disagreements(changed)
+
+
+def test_a_gpu_job_that_disagrees_with_the_table_is_named():
+    """Each way the workflow can drift from the table is reported, naming the leg."""
+    include = lambda job: job["strategy"]["matrix"]["include"]  # noqa: E731
+    missing = mismatched(lambda job: include(job).pop())
+    assert missing == [
+        "no job for GPU type rocm-mi355: add `- leg: rocm-mi355` with "
+        "`runner: [self-hosted, linux, x64, gpu-mi355]` to the matrix"
+    ]
+    relabelled = mismatched(lambda job: include(job)[2].update(runner=["self-hosted", "h200"]))
+    assert relabelled == [
+        "cuda-h200 runs on ['self-hosted', 'h200'], the table says "
+        "['self-hosted', 'linux', 'x64', 'gpu-h200']"
+    ]
+    extra = mismatched(lambda job: include(job).append({"leg": "cuda-h20", "runner": ["x"]}))
+    assert extra == ["a job for cuda-h20, which is no GPU type of tools/gpu_types.py"]
+    fixed = mismatched(lambda job: job.update({"runs-on": "gpu-h200"}))
+    assert fixed == ["runs-on is 'gpu-h200', not '${{ matrix.runner }}'"]
+    no_compare = mismatched(lambda job: job["steps"].pop(-3))
+    assert no_compare == ["the job does not run the benchmark comparison"]
+
+
+def test_actionlint_knows_exactly_the_gpu_runner_labels():
+    """.github/actionlint.yaml declares the table's own runner labels, and no others."""
+    config = yaml.safe_load((ROOT / ".github" / "actionlint.yaml").read_text())
+    want = {label for gpu in GPU_TYPES for label in gpu.runner_labels} - BUILTIN_LABELS
+    assert set(config["self-hosted-runner"]["labels"]) == want
+
+
+def test_nightly_runs_every_mutation_session_and_every_release():
+    """nightly.yml has one mutation job per session config and one upstream job per SGLang release."""
+    jobs = workflow("nightly.yml")["jobs"]
+    sessions = sorted(p.stem for p in (ROOT / "strength" / "mutation").glob("*.toml"))
+    assert jobs["mutation"]["strategy"]["matrix"]["session"] == sessions
+    assert re.search(r'tox -e mutation -- "\$SESSION"', steps_text(jobs["mutation"]))
+    releases = [str(r) for r in jobs["upstream"]["strategy"]["matrix"]["release"]]
+    assert releases == [release.version for release in RELEASES]
+    assert re.search(r'tox -e "sglang-\$RELEASE"', steps_text(jobs["upstream"]))
+    assert "schedule" in workflow("nightly.yml")[True]  # YAML 1.1 reads the key `on` as True
+
+
+def test_ci_runs_the_readme_test_command():
+    """ci.yml runs the README's test command, the one .ci/run runs."""
+    command = "bash scripts/tests.sh"
+    assert re.search(rf"^{re.escape(command)} ", (ROOT / "README.md").read_text(), re.M)
+    assert command in (ROOT / ".ci" / "run").read_text().replace("exec ", "")
+    runs = [step.get("run", "") for step in workflow("ci.yml")["jobs"]["tests"]["steps"]]
+    assert command in runs
+
+
+@pytest.mark.parametrize("name", ["ci.yml", "gpu.yml", "nightly.yml"])
+def test_workflows_pin_every_action_to_a_commit(name):
+    """Every action a workflow uses is pinned to a full commit hash, with its tag in a comment."""
+    text = (WORKFLOWS / name).read_text()
+    uses = re.findall(r"uses: (\S+)(.*)", text)
+    assert uses
+    for action, comment in uses:
+        assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", action), action
+        assert re.fullmatch(r" # v\d+(\.\d+)*", comment), (action, comment)
