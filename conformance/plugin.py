@@ -201,6 +201,11 @@ def _selection(config: pytest.Config) -> Selection | None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "write_verify: needs the write/verify group of the API")
     config.addinivalue_line("markers", "gpu: needs a GPU device (skipped on the CPU leg)")
+    # the suite's own verdicts, wherever it runs (an installed copy reads no pyproject.toml): a
+    # RuntimeWarning (numpy's overflow of an int8 size, say) fails the test that caused it, and
+    # so does a warning of Hypothesis about the suite's own strategies
+    for warning in ("RuntimeWarning", "hypothesis.errors.HypothesisWarning"):
+        config.addinivalue_line("filterwarnings", f"error::{warning}")
     spec = config.getoption("--canary-impl") or os.environ.get("CANARY_IMPL") or "canary"
     device = _device(config)
     module, module_name, folder = _load(spec)
@@ -391,10 +396,9 @@ MODULE_ORDER = (
 
 
 def _module_rank(item: pytest.Item) -> int:
-    path = item.nodeid.split("::", 1)[0]
-    if not path.startswith("conformance/"):
+    if not in_suite(item):
         return -1  # not ours: keep its place before the conformance modules
-    name = path.rsplit("/", 1)[-1]
+    name = item.path.name
     return MODULE_ORDER.index(name) if name in MODULE_ORDER else len(MODULE_ORDER)
 
 

@@ -16,12 +16,22 @@ property (Hypothesis' own bound is five minutes, which under the interpreter it 
 ``--canary-no-shrink`` leaves shrinking out altogether, reporting the first failing example
 as found. No profile but ``nightly`` runs Hypothesis' explain phase, which replays a failure
 many times.
+
+Every profile draws from the suite's strategies alone. Hypothesis also mixes in, now and then,
+constants it harvests from the source of "local" modules (files outside ``site-packages`` and
+outside test folders, among the modules imported so far); for the suite that pool would be the
+suite's and the implementation's own source when it runs from a checkout, nothing when it is
+installed, and more or less depending on which tests ran before. The same derandomized run
+then drew other examples inside the repository than installed (seen: SGLang 0.5.23 failed two
+properties inside and passed them installed), and a property rerun alone could draw others
+than in the whole run. :func:`select` turns that harvest off.
 """
 
 from __future__ import annotations
 
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.internal.conjecture import engine as _engine
+from hypothesis.internal.conjecture import providers as _providers
 
 CPU_SCALE = 0.5
 
@@ -96,10 +106,28 @@ def select(name: str, *, on_cpu: bool, shrink: bool = True) -> str:
         )
         name = unshrunk
     settings.load_profile(name)
+    without_local_constants()
     # Hypothesis reads this module constant each time it starts shrinking a property's failures.
     _engine.MAX_SHRINKING_SECONDS = shrink_seconds(name)
     _engine.report = _report_budget
     return name
+
+
+def without_local_constants() -> None:
+    """No constants harvested from local source in any draw (see the module docstring).
+
+    Hypothesis has no setting for it: its provider looks the pool up through this module
+    function at each test case, so an empty pool in its place turns the harvest off, and the
+    cache of permitted constants built from the old pool is cleared."""
+    _providers._get_local_constants = _no_constants
+    _providers.CONSTANTS_CACHE.cache.clear()
+
+
+_NO_CONSTANTS = _providers.Constants()
+
+
+def _no_constants():
+    return _NO_CONSTANTS
 
 
 _hypothesis_report = _engine.report

@@ -199,7 +199,13 @@ def main(argv: list[str] | None = None) -> int:
         entry = check_installed()
         print(f"sglang {entry.version}: kv_canary {entry.kv_canary[:16]}, {entry.expectations}.txt")
     elif options.command == "expectations":
-        print(expectations_file(check_installed().version).relative_to(Path.cwd().resolve()))
+        path = expectations_file(check_installed().version)
+        # relative inside this folder; absolute from elsewhere (an installed copy of the suite)
+        print(
+            path.relative_to(Path.cwd().resolve())
+            if path.is_relative_to(Path.cwd().resolve())
+            else path
+        )
     elif options.command == "install":
         version = release(release_of_env(options.release)).version
         pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps"]
