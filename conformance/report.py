@@ -77,6 +77,14 @@ def headline(text: str, limit: int = 4) -> list[str]:
     return kept[:limit]
 
 
+def test_counts(config: pytest.Config) -> dict[str, int]:
+    """Tests per outcome so far, as pytest's last line counts them (``passed``, ``xfailed``,
+    ``deselected``, ...; outcomes with no test left out)."""
+    terminal = config.pluginmanager.get_plugin("terminalreporter")
+    stats = getattr(terminal, "stats", {})
+    return {key: len(stats[key]) for key in TEST_OUTCOMES if stats.get(key)}
+
+
 def first_line(doc: str | None) -> str:
     return (doc or "").strip().splitlines()[0] if (doc or "").strip() else ""
 
@@ -203,11 +211,7 @@ class Recorder:
         return sorted(groups.values(), key=lambda g: g["name"])
 
     def test_counts(self) -> dict[str, int]:
-        """Tests per outcome so far, as pytest's last line counts them (``passed``, ``xfailed``,
-        ``deselected``, ...; outcomes with no test left out)."""
-        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
-        stats = getattr(terminal, "stats", {})
-        return {key: len(stats[key]) for key in TEST_OUTCOMES if stats.get(key)}
+        return test_counts(self.config)
 
     def totals_line(self, groups: list[dict]) -> str:
         """``55 passed properties at level full``: the outcomes of the properties, and the level."""

@@ -16,13 +16,14 @@ fi
 py="$venv/bin/python"
 
 stamp="$venv/.canary-installed"
+torch_spec="${CANARY_TORCH:-torch==2.13.0}"
 # SGLang, whose own kv_canary the sglang leg runs, without its serving stack's dependencies
 sglang_spec="${CANARY_SGLANG:-sglang==0.5.23}"
-want="$(cat "$root/pyproject.toml"; echo "${CANARY_TORCH:-torch==2.13.0}"; echo "$sglang_spec")"
+want="$(cat "$root/pyproject.toml"; echo "$torch_spec"; echo "$sglang_spec")"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     "$py" -m pip install --quiet --upgrade pip
     if ! "$py" -c "import torch" 2>/dev/null; then
-        "$py" -m pip install --quiet "${CANARY_TORCH:-torch==2.13.0}"
+        "$py" -m pip install --quiet "$torch_spec"
     fi
     "$py" -m pip install --quiet -e "$root[test]"
     "$py" -m pip install --quiet --no-deps "$sglang_spec"

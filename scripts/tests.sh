@@ -1,22 +1,44 @@
 #!/usr/bin/env bash
-# The project's own tests: lint (ruff, mypy); every kernel variant compiled for sm_90 and
-# gfx942; the known-bad gate (the conformance suite must pass on canary and canary_torch and
-# fail on every known-bad module); the SGLang leg; then the self-tests of canary, reference,
-# strategies, the suite and the benchmarks' helpers. Extra arguments go to pytest.
+# The project's own tests: lint (ruff, mypy, and actionlint and zizmor over the workflows);
+# every kernel variant compiled for sm_90 and gfx942; the known-bad gate (the conformance suite
+# must pass on canary and canary_torch and fail on every known-bad module); the SGLang leg; the
+# installed-package check (the wheel in a fresh environment, the suite's command run from an
+# empty folder); then the self-tests of canary, reference, strategies, the suite, the tools and
+# the benchmarks' helpers. Extra arguments go to pytest.
 source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
 cd "$root"
+# the reports the installed-package check compares with, and its own work; gone at the end
+work="$(mktemp -d)"
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
+# the installed-package check's first half (tests/installed.py): build the wheel, install it
+# into a fresh environment, run the suite's command from an empty folder. It runs in the
+# background, mostly beside the single-threaded steps below; its log is shown when it is done.
+"$py" -m tests.installed outside --workdir "$work/installed" --torch "$torch_spec" \
+    --sglang "$sglang_spec" > "$work/installed.log" 2>&1 &
+installed=$!
 "$venv/bin/ruff" check .
 "$venv/bin/ruff" format --check .
 # types of canary, canary_torch, reference and strategies ([tool.mypy] in pyproject.toml)
 "$venv/bin/mypy"
+# the workflows of .github/workflows (config .github/actionlint.yaml); zizmor without its
+# online audits, which need a GitHub token
+"$venv/bin/actionlint"
+"$venv/bin/zizmor" --offline --quiet .github/workflows
 # every kernel variant compiled for an NVIDIA and an AMD target, no GPU needed (tox -m compile
 # covers the whole matrix): the interpreter runs code that the compiler rejects
 "$py" -W ignore::UserWarning -m tools.compile_check --target cuda:90 --target hip:gfx942
-"$py" -m strength.gate --jobs 2
+"$py" -m strength.gate --jobs 2 --json "$work/gate.json"
 # the sglang leg of the installed release (the newest; CANARY_SGLANG picks another): SGLang's
 # own kv_canary, which must fail exactly as that release's expectations file says; every release
 # runs in `tox -m upstream`
-"$py" -m conformance.upstream run
+"$py" -m conformance.upstream run --canary-report "$work/sglang.json"
+status=0
+wait "$installed" || status=$?
+cat "$work/installed.log"
+[ "$status" -eq 0 ] || exit "$status"
+# the second half: the same counts outside the repository as inside it (the gate's runs on
+# canary and canary_torch, the sglang leg's)
+"$py" -m tests.installed compare --workdir "$work/installed" --inside "$work"
 # the self-tests, one pytest-xdist worker per core, each test module on one worker (its
 # module-scoped fixtures, such as every kernel compiled, are built once)
 run_pytest tests -n auto --dist loadfile "$@"

@@ -90,6 +90,7 @@ class Result:
     tail: str = ""  # the end of the run's output, kept for errors
     detail: str = ""  # why the outcome: the kill's message, or what the error was
     failures: tuple[dict, ...] = ()  # every failing test: nodeid, when, kind, types, message
+    tests: dict | None = None  # tests per outcome, as pytest counts them ({"passed": 457, ...})
 
     @property
     def as_expected(self) -> bool:
@@ -363,7 +364,10 @@ def run_target(
     outcome, first, detail = classify(completed.returncode, record, target)
     tail = _tail(completed.stdout) if outcome == ERROR else ""
     failures = tuple(record.get("failures", [])) if record else ()
-    return Result(target, outcome, seconds, completed.returncode, first, tail, detail, failures)
+    tests = record.get("tests") if record else None
+    return Result(
+        target, outcome, seconds, completed.returncode, first, tail, detail, failures, tests
+    )
 
 
 Runner = Callable[[Target], Result]

@@ -2,8 +2,8 @@
 
     pytest conformance -p strength.gate_record --gate-record PATH ...
 
-writes PATH as JSON: ``{"failures": [{"nodeid", "when", "kind", "types", "message"}, ...],
-"collection_errors": [...]}``. ``kind`` is one of (what counts as a kill: see
+writes PATH as JSON: ``{"exit_status", "tests": {"passed": N, ...}, "failures": [{"nodeid",
+"when", "kind", "types", "message"}, ...], "collection_errors": [...]}``. ``kind`` is one of (what counts as a kill: see
 ``strength/gate.py``):
 
 - ``assertion``: the test failed a check: ``AssertionError`` or ``pytest.fail`` (``Failed``),
@@ -25,6 +25,8 @@ import json
 import sys
 
 import pytest
+
+from conformance.report import test_counts
 
 if sys.version_info < (3, 11):  # pragma: no cover - the builtin arrived in 3.11
     from exceptiongroup import BaseExceptionGroup
@@ -95,8 +97,9 @@ def describe(error: BaseException) -> dict:
 
 
 class GateRecorder:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, config: pytest.Config) -> None:
         self.path = path
+        self.config = config
         self.failures: list[dict] = []
         self.collection_errors: list[dict] = []
 
@@ -125,6 +128,8 @@ class GateRecorder:
             json.dump(
                 {
                     "exit_status": int(exitstatus),
+                    # tests per outcome, as pytest's last line counts them
+                    "tests": test_counts(self.config),
                     "failures": self.failures,
                     "collection_errors": self.collection_errors,
                 },
@@ -145,4 +150,4 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("--gate-record")
     if path:
-        config.pluginmanager.register(GateRecorder(path), "canary-gate-record")
+        config.pluginmanager.register(GateRecorder(path, config), "canary-gate-record")
