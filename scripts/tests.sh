@@ -9,7 +9,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
 cd "$root"
 # the reports the installed-package check compares with, and its own work; gone at the end
 work="$(mktemp -d)"
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 # the installed-package check's first half (tests/installed.py): build the wheel, install it
 # into a fresh environment, run the suite's command from an empty folder. It runs in the
 # background, mostly beside the single-threaded steps below; its log is shown when it is done.

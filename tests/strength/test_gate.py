@@ -276,7 +276,7 @@ def test_the_correct_implementations_start_first():
 
 
 def test_command_and_environment():
-    """Each run is the suite (quick modules first) on one module, every test (no -x), no cache,
+    """Each run is the suite (quickest modules first) on one module, every test (no -x), no cache,
     the mutation profile, failures recorded; CI=true and the repo importable."""
     command = gate.pytest_command("strength.known_bad.x", "cuda:1", record="/r.json")
     assert command[:3] == [sys.executable, "-m", "pytest"]
@@ -302,10 +302,59 @@ def test_command_and_environment():
     assert str(gate.REPO_ROOT) in env["PYTHONPATH"].split(os.pathsep)
 
 
-def test_a_mutant_runs_the_quick_modules_and_its_listed_tests():
-    """A mutant runs the quick modules whole and, of the other modules, only the tests its
-    entry lists (each with every parametrization, a pattern matching several tests naming
-    each); a correct module, or --whole-suite, runs every module."""
+#: canary, each entry point wrapped to note its name in the file $TOUR_CALLS when it is called
+TRACED = """
+import os
+import canary
+from canary import *  # noqa: F403
+from canary import __all__  # noqa: F401
+
+def _noted(name, call):
+    def noting(*args, **kwargs):
+        result = call(*args, **kwargs)
+        with open(os.environ["TOUR_CALLS"], "a") as out:  # a call that ran to its end
+            out.write(name + "\\n")
+        return result
+    return noting
+
+for _name in ("fingerprint", "launch_canary_write_kernel", "launch_canary_verify_kernel"):
+    globals()[_name] = _noted(_name, getattr(canary, _name))
+for _cls in (VerifyPlan, WritePlan):  # noqa: F405
+    _cls.allocate = staticmethod(_noted(f"{_cls.__name__}.allocate", _cls.allocate))
+_init = RealKvSource.__post_init__  # noqa: F405
+RealKvSource.__post_init__ = _noted("RealKvSource", _init)  # noqa: F405
+"""
+
+
+def test_the_tour_calls_every_entry_point(tmp_path):
+    """Every entry point of the API runs to its end at least once in the tour, so a mutant
+    that crashes in any of them fails its run as a crash."""
+    (tmp_path / "traced_canary.py").write_text(TRACED)
+    calls = tmp_path / "calls.txt"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *(f"conformance/{t}" for t in gate.TOUR), "-q"]
+        + ["-p", "no:cacheprovider", "--canary-impl", str(tmp_path / "traced_canary.py")],
+        cwd=gate.REPO_ROOT,
+        env={**gate.child_environment(), "TOUR_CALLS": str(calls)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert set(calls.read_text().split()) == {
+        "RealKvSource",
+        "fingerprint",
+        "VerifyPlan.allocate",
+        "WritePlan.allocate",
+        "launch_canary_write_kernel",
+        "launch_canary_verify_kernel",
+    }
+
+
+def test_a_mutant_runs_the_tour_and_its_listed_tests():
+    """A mutant runs the tour (tests that call every entry point) and the tests its entry
+    lists (each with every parametrization, a pattern matching several tests naming each),
+    quickest module first; a correct module, or --whole-suite, runs every module."""
     target = gate.Target(
         "strength.known_bad.x",
         "chain",
@@ -314,11 +363,13 @@ def test_a_mutant_runs_the_quick_modules_and_its_listed_tests():
         ("test_write_verify.py::test_write_*", "test_golden.py::test_write_verify_vector"),
     )
     selection = gate.target_selection(target)
-    quick = [f"conformance/{name}" for name in gate.QUICK_MODULES]
-    assert [part for part in selection if "::" not in part] == [
-        p for p in gate.suite_paths() if p in quick
-    ]
-    assert [part for part in selection if "::" in part] == [
+    assert all("::" in part for part in selection)
+    tour = [f"conformance/{test}" for test in gate.TOUR]
+    assert [part for part in selection if part in tour] == sorted(
+        tour, key=lambda t: gate.suite_paths().index(t.split("::")[0])
+    )
+    assert [part for part in selection if part not in tour] == [
+        "conformance/test_golden.py::test_write_verify_vector",
         "conformance/test_write_verify.py::test_write_equals_reference",
         "conformance/test_write_verify.py::test_write_then_verify_is_clean",
     ]
@@ -506,7 +557,7 @@ def test_recorder_writes_each_failing_test_with_its_kind(tmp_path):
 def test_a_crash_only_mutant_is_an_error_and_a_real_bug_a_kill(monkeypatch):
     """The suite fails on both: a module whose patch broke it (NameError) is an error, a real
     hashing bug is a kill, though both fail the same listed tests."""
-    monkeypatch.setattr(gate, "QUICK_MODULES", ())
+    monkeypatch.setattr(gate, "TOUR", ())
     listed = ("test_spec_vectors.py::test_spec_fingerprint_vectors",)
     crash = gate.Target("strength.known_bad.probe_crash_only", "hashing", "killed", "probe", listed)
     bug = gate.Target("strength.known_bad.hash_golden_gamma", "hashing", "killed", "gamma", listed)

@@ -4,8 +4,8 @@
   and each job runs the type's tox leg and the GPU check, uploads the report and the benchmark
   JSON and compares the benchmarks with the baseline stored for its type;
   ``.github/actionlint.yaml`` declares exactly those runner labels.
-- ``nightly.yml`` runs every mutation session of ``strength/mutation/`` and every SGLang
-  release of ``conformance/upstream.py``.
+- ``nightly.yml`` runs the gate on the whole suite, every mutation session of
+  ``strength/mutation/`` and every SGLang release of ``conformance/upstream.py``.
 - ``ci.yml`` runs the README's test command.
 
 Each disagreement is one line of a failure, with what the workflow should say. That the
@@ -128,6 +128,12 @@ def test_nightly_runs_every_mutation_session_and_every_release():
     assert releases == [release.version for release in RELEASES]
     assert re.search(r'tox -e "sglang-\$RELEASE"', steps_text(jobs["upstream"]))
     assert "schedule" in workflow("nightly.yml")[True]  # YAML 1.1 reads the key `on` as True
+
+
+def test_nightly_runs_the_gate_on_the_whole_suite():
+    """.ci/run gives each mutant its tour and listed tests; nightly sweeps the whole suite."""
+    text = steps_text(workflow("nightly.yml")["jobs"]["gate"])
+    assert re.search(r"tox -e gate -- --whole-suite", text)
 
 
 def test_ci_runs_the_readme_test_command():
