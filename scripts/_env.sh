@@ -21,15 +21,12 @@ torch_spec="${CANARY_TORCH:-torch==2.13.0}"
 sglang_spec="${CANARY_SGLANG:-sglang==0.5.23}"
 want="$(cat "$root/pyproject.toml"; echo "$torch_spec"; echo "$sglang_spec")"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    # --no-compile: Python compiles what is imported when it is first imported; compiling
-    # every file of torch and Triton up front took about 25 s of a first run
-    pip_install=("$py" -m pip install --quiet --no-compile)
-    "${pip_install[@]}" --upgrade pip
+    "$py" -m pip install --quiet --upgrade pip
     if ! "$py" -c "import torch" 2>/dev/null; then
-        "${pip_install[@]}" "$torch_spec"
+        "$py" -m pip install --quiet "$torch_spec"
     fi
-    "${pip_install[@]}" -e "$root[test]"
-    "${pip_install[@]}" --no-deps "$sglang_spec"
+    "$py" -m pip install --quiet -e "$root[test]"
+    "$py" -m pip install --quiet --no-deps "$sglang_spec"
     printf '%s' "$want" > "$stamp"
 fi
 

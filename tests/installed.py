@@ -149,6 +149,8 @@ def make_venv(workdir: Path, wheel: Path, torch_spec: str, sglang_spec: str) -> 
     venv = workdir / "venv"
     require(run([sys.executable, "-m", "venv", venv]), "python -m venv")
     python = venv / "bin" / "python"
+    # --no-compile: a handful of processes import from this environment, and compiling only
+    # what they import costs less than compiling every file of torch and Triton up front
     pip = [python, "-m", "pip", "install", "--quiet", "--no-compile"]
     # torch pinned in the same resolution as the wheel's own `torch>=` requirement, so that the
     # local CPU build is taken and no CUDA build is pulled
