@@ -123,13 +123,31 @@ def project_files(root: Path) -> list[str]:
     return [name for name in listed.stdout.split("\0") if name and (root / name).is_file()]
 
 
+#: What a copy of a tree that is not a git checkout leaves out: environments, caches, builds.
+NOT_PROJECT = (
+    ".git",
+    ".venv",
+    ".tox",
+    ".hypothesis",
+    ".benchmarks",
+    "__pycache__",
+    "build",
+    "dist",
+    "*.egg-info",
+    ".*_cache",
+)
+
+
 def build_wheel(root: Path, workdir: Path) -> Path:
     """The project's wheel, built from a copy of its files (no stale ``build/`` inside)."""
     source = workdir / "source"
-    for name in project_files(root):
-        target = source / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(root / name, target)
+    if (root / ".git").exists():
+        for name in project_files(root):
+            target = source / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / name, target)
+    else:  # an unpacked source tree
+        shutil.copytree(root, source, ignore=shutil.ignore_patterns(*NOT_PROJECT))
     dist = workdir / "dist"
     built = run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", dist, source],
