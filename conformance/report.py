@@ -77,7 +77,7 @@ def headline(text: str, limit: int = 4) -> list[str]:
     return kept[:limit]
 
 
-def test_counts(config: pytest.Config) -> dict[str, int]:
+def outcome_counts(config: pytest.Config) -> dict[str, int]:
     """Tests per outcome so far, as pytest's last line counts them (``passed``, ``xfailed``,
     ``deselected``, ...; outcomes with no test left out)."""
     terminal = config.pluginmanager.get_plugin("terminalreporter")
@@ -210,9 +210,6 @@ class Recorder:
             group["outcome"] = min(present, key=order.get) if present else "not run"
         return sorted(groups.values(), key=lambda g: g["name"])
 
-    def test_counts(self) -> dict[str, int]:
-        return test_counts(self.config)
-
     def totals_line(self, groups: list[dict]) -> str:
         """``55 passed properties at level full``: the outcomes of the properties, and the level."""
         totals: dict[str, int] = defaultdict(int)
@@ -258,7 +255,7 @@ class Recorder:
         title = "KV-canary conformance"
         if selection is not None:
             title += f": {selection.module_name} on {selection.device}"
-        counts = ", ".join(f"{n} {key}" for key, n in self.test_counts().items())
+        counts = ", ".join(f"{n} {key}" for key, n in outcome_counts(self.config).items())
         lines = [
             f"## {title}",
             "",
@@ -309,7 +306,7 @@ class Recorder:
                 for outcome in ("passed", "failed", "error", "skipped")
             },
             # tests (not properties) per outcome, as pytest's last line counts them
-            "tests": self.test_counts(),
+            "tests": outcome_counts(self.config),
             "properties": properties,
         }
         with open(self.path, "w", encoding="utf-8") as handle:

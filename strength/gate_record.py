@@ -3,8 +3,8 @@
     pytest conformance -p strength.gate_record --gate-record PATH ...
 
 writes PATH as JSON: ``{"exit_status", "tests": {"passed": N, ...}, "failures": [{"nodeid",
-"when", "kind", "types", "message"}, ...], "collection_errors": [...]}``. ``kind`` is one of (what counts as a kill: see
-``strength/gate.py``):
+"when", "kind", "types", "message"}, ...], "collection_errors": [...]}``. ``kind`` is one of
+(what counts as a kill: see ``strength/gate.py``):
 
 - ``assertion``: the test failed a check: ``AssertionError`` or ``pytest.fail`` (``Failed``),
   or a group of such failures (Hypothesis reports several distinct bugs as a group);
@@ -26,7 +26,7 @@ import sys
 
 import pytest
 
-from conformance.report import test_counts
+from conformance.report import outcome_counts
 
 if sys.version_info < (3, 11):  # pragma: no cover - the builtin arrived in 3.11
     from exceptiongroup import BaseExceptionGroup
@@ -129,7 +129,7 @@ class GateRecorder:
                 {
                     "exit_status": int(exitstatus),
                     # tests per outcome, as pytest's last line counts them
-                    "tests": test_counts(self.config),
+                    "tests": outcome_counts(self.config),
                     "failures": self.failures,
                     "collection_errors": self.collection_errors,
                 },
