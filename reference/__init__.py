@@ -2,8 +2,10 @@
 
 It never imports torch, so it can judge any implementation without sharing its stack:
 ``constants`` (§1), ``hashing`` (§2), ``source`` (§3 layout and §4 fingerprint),
-``validation`` (§3 rules and messages), ``chain`` (§5-§7 write and verify), and
-``corruption`` (§7: the reports a corruption between a write and a verify must cause).
+``validation`` (§3 rules and messages), ``chain`` (§5-§7 write and verify),
+``corruption`` (§7: the reports a corruption between a write and a verify must cause),
+``plan`` (§12: an engine's batch made into plans) and ``scatter`` (§13: the expected-token
+pool filled).
 """
 
 from reference.chain import CanaryState, VerifyPlan, WritePlan, verify, write
@@ -23,6 +25,8 @@ from reference.constants import (
 )
 from reference.corruption import corruption_reports
 from reference.hashing import splitmix64, splitmix64_mix3, to_signed64, to_unsigned64
+from reference.plan import REQ_POOL_IDX_PADDING, plan
+from reference.scatter import scatter
 from reference.source import Source, fingerprint
 from reference.validation import SourceDescription, validate_source
 
@@ -32,6 +36,7 @@ __all__ = [
     "CANARY_SLOT_BYTES",
     "MAX_REAL_KV_SOURCES",
     "PARTIAL_READ_BYTES",
+    "REQ_POOL_IDX_PADDING",
     "TOKEN_TO_KV_SLOT_PADDING",
     "VIOLATION_FIELDS",
     "CanaryField",
@@ -46,6 +51,8 @@ __all__ = [
     "WritePlan",
     "corruption_reports",
     "fingerprint",
+    "plan",
+    "scatter",
     "splitmix64",
     "splitmix64_mix3",
     "to_signed64",
