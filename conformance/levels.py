@@ -8,7 +8,8 @@
 - ``full`` adds the contract's own additions, each marked *addition* in ``docs/CONTRACT.md``:
   rules 1, 2, 8 and 10 (§3), the launch checks of §4 and §8 that SGLang does not make (dtype,
   shape, device, slot ranges, offsets, checks of an empty plan), the decisions of §10 that are
-  checks, and the arguments of the wrong kind (§11).
+  checks, and the arguments of the wrong kind (§11); the plan's and the scatter's own additions
+  (§12 P1, P8-P13; §13 S1, S9-S11).
 
 This table is the one place where a test declares its level: every test function of the suite
 is a key, with its level, or, for a test whose cases differ, the patterns of its full-level
@@ -154,6 +155,31 @@ LEVELS: dict[str, str | tuple[str, ...]] = {
     "test_scale.py::test_many_requests_in_one_launch_equal_reference": CORE,
     "test_scale.py::test_long_verify_sweep_equals_reference": CORE,
     "test_scale.py::test_big_pages_and_pools_fingerprint_equals_reference": CORE,
+    # §12 the plan kernel, §13 the scatter: P1 and P8-P13, S1 and S9-S11 are additions
+    "test_plan_kernels.py::test_plan_equals_reference": CORE,
+    "test_plan_kernels.py::test_overflow_disables_the_plan_and_leaves_its_entries_untouched": CORE,
+    "test_plan_kernels.py::test_a_padding_row_contributes_nothing_wherever_it_stands": CORE,
+    "test_plan_kernels.py::test_permuting_the_requests_permutes_the_entries": CORE,
+    "test_plan_kernels.py::test_plan_write_verify_over_an_engines_steps_is_clean": CORE,
+    "test_plan_kernels.py::test_a_changed_page_table_entry_is_reported_as_the_reference_predicts": CORE,
+    "test_plan_refusals.py::test_plan_refuses_each_broken_argument": (
+        "P1:*",
+        "P8:*",
+        "P9:*",
+        "P10:*",
+        "P11:*",
+        "P12:*",
+        "P13:*",
+    ),
+    "test_plan_refusals.py::test_scatter_refuses_each_broken_argument": (
+        "S1:*",
+        "S9:*",
+        "S10:*",
+        "S11:*",
+    ),
+    "test_scatter.py::test_scatter_equals_reference": CORE,
+    # S8's cap is the contract's decision: SGLang refuses past 511 requests
+    "test_scatter.py::test_scatter_takes_every_batch_the_plan_takes": ("512", "4096"),
 }
 
 

@@ -39,6 +39,13 @@ WRITE_VERIFY_NAMES = (
     "launch_canary_write_kernel",
     "launch_canary_verify_kernel",
 )
+#: The plan group (CONTRACT §14): the plan kernel and the expected-token scatter, which fill the
+#: write/verify group's plans and so come with it.
+PLAN_NAMES = (
+    "launch_canary_plan_kernels",
+    "launch_scatter_req_token_ids_kernel",
+    "REQ_POOL_IDX_PADDING",
+)
 ENV_PREFIXES = ("CANARY_", "TRITON_", "HYPOTHESIS_")
 
 
@@ -151,6 +158,12 @@ def _check_names(module: types.ModuleType, module_name: str) -> None:
             f"--canary-impl {module_name!r} provides part of the write/verify group but not "
             f"{', '.join(partial)}; provide all of {', '.join(WRITE_VERIFY_NAMES)} or none"
         )
+    partial = [name for name in PLAN_NAMES if not hasattr(module, name)]
+    if partial and len(partial) != len(PLAN_NAMES):
+        raise pytest.UsageError(
+            f"--canary-impl {module_name!r} provides part of the plan group but not "
+            f"{', '.join(partial)}; provide all of {', '.join(PLAN_NAMES)} or none"
+        )
 
 
 def device_name(given: str | None) -> str:
@@ -200,6 +213,9 @@ def _selection(config: pytest.Config) -> Selection | None:
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "write_verify: needs the write/verify group of the API")
+    config.addinivalue_line(
+        "markers", "plan: needs the plan group of the API (and the write/verify group)"
+    )
     config.addinivalue_line("markers", "gpu: needs a GPU device (skipped on the CPU leg)")
     # the suite's own verdicts, wherever it runs (an installed copy reads no pyproject.toml): a
     # RuntimeWarning (numpy's overflow of an int8 size, say) fails the test that caused it, and
@@ -230,6 +246,7 @@ def pytest_configure(config: pytest.Config) -> None:
         profile=loaded,
         shrink_seconds=0 if no_shrink else profiles.shrink_seconds(loaded),
         write_verify=all(hasattr(module, name) for name in WRITE_VERIFY_NAMES),
+        plan=all(hasattr(module, name) for name in PLAN_NAMES + WRITE_VERIFY_NAMES),
     )
     config._canary_selection = selection
     config.pluginmanager.register(
@@ -310,6 +327,7 @@ def describe_environment(selection: Selection) -> dict:
         "implementation_file": getattr(selection.module, "__file__", None),
         "implementation_version": _version(selection.module),
         "write_verify": selection.write_verify,
+        "plan": selection.plan,
         "level": selection.level,
         "device": str(selection.device),
         "gpu": None,
@@ -373,6 +391,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines.append(f"canary memory bounds: {facts['memory_bounds']}")
     if not selection.write_verify:
         lines.append("canary write/verify group: absent from the module; those tests are skipped")
+    if not selection.plan:
+        lines.append("canary plan group: absent from the module; those tests are skipped")
     env = facts["environment"]
     lines.append(
         "canary environment: " + (" ".join(f"{k}={v}" for k, v in env.items()) or "(none set)")
@@ -390,8 +410,11 @@ MODULE_ORDER = (
     "test_launch_refusals.py",
     "test_argument_kinds.py",
     "test_plans.py",
+    "test_plan_refusals.py",
     "test_fingerprint.py",
     "test_write_verify.py",
+    "test_scatter.py",
+    "test_plan_kernels.py",
 )
 
 
@@ -416,6 +439,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "write_verify" in item.keywords:
                 item.add_marker(skip)
+    if not selection.plan:
+        lacks = PLAN_NAMES if selection.write_verify else PLAN_NAMES + WRITE_VERIFY_NAMES
+        skip_plan = pytest.mark.skip(
+            reason=f"{selection.module_name} does not provide the plan group ({', '.join(lacks)})"
+        )
+        for item in items:
+            if "plan" in item.keywords:
+                item.add_marker(skip_plan)
     if selection.device.type != "cuda":
         skip_gpu = pytest.mark.skip(reason=f"needs a GPU; this run's device is {selection.device}")
         for item in items:

@@ -1,0 +1,428 @@
+"""Plan and scatter glue of the suite (CONTRACT §12, §13): a drawn batch made into the
+implementation's tensors and the reference's arrays, both launched, their results compared
+field by field, and a snippet that repeats the call.
+
+The plans an implementation fills start with distinct non-zero contents (:func:`prefilled`), so
+an entry the contract says is left alone, and is not, shows as a difference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+import reference
+import strategies as st_kv
+from conformance.assertions import fail, to_numpy
+from conformance.support import import_impl_lines
+from conformance.write_verify_support import Snapshot, assert_same_state
+from strategies.batches import EngineBatch, ScatterBatch
+
+__all__ = [
+    "PLAN_FIELDS",
+    "PlanArgs",
+    "implementation_plan",
+    "plan_args",
+    "plan_differences",
+    "plan_snippet",
+    "prefilled",
+    "reference_plan",
+    "scatter_snippet",
+]
+
+#: Every field of the two plans, as ``(plan, field)``, in the order failures name them.
+PLAN_FIELDS = (
+    ("verify", "verify_slot_indices"),
+    ("verify", "verify_expected_tokens"),
+    ("verify", "verify_expected_positions"),
+    ("verify", "verify_prev_slot_indices"),
+    ("verify", "verify_num_valid"),
+    ("verify", "enable"),
+    ("write", "write_offsets"),
+    ("write", "write_seed_slot_indices"),
+    ("write", "write_num_valid_reqs"),
+)
+
+
+@dataclasses.dataclass
+class PlanArgs:
+    """One plan launch's arguments with the plans' first contents, all as numpy arrays."""
+
+    batch: EngineBatch
+    inputs: dict  # the launcher's keyword arguments but the two plans, numpy or None or int
+    verify: dict  # field -> its first contents
+    write: dict
+
+    def tensors(self, device) -> dict:
+        """The launcher's keyword arguments but the plans, as tensors on ``device``."""
+        return {
+            name: torch.from_numpy(value.copy()).to(device)
+            if isinstance(value, np.ndarray)
+            else value
+            for name, value in self.inputs.items()
+        }
+
+
+def prefilled(batch: EngineBatch) -> tuple[dict, dict]:
+    """The plans' first contents: distinct non-zero values, none a value the plan could write
+    by chance (large negative entries; num_valid and the flags at odd values)."""
+    cap, wcap = batch.verify_capacity, batch.write_req_capacity
+    base = -(10**9)
+    verify = {
+        "verify_slot_indices": base - 4 * np.arange(cap, dtype=np.int64),
+        "verify_expected_tokens": base - 4 * np.arange(cap, dtype=np.int64) - 1,
+        "verify_expected_positions": base - 4 * np.arange(cap, dtype=np.int64) - 2,
+        "verify_prev_slot_indices": base - 4 * np.arange(cap, dtype=np.int64) - 3,
+        "verify_num_valid": np.array([-77], dtype=np.int32),
+        "enable": np.array([5], dtype=np.int32),
+    }
+    write = {
+        "write_offsets": 2 * base - np.arange(wcap + 1, dtype=np.int64),
+        "write_seed_slot_indices": 3 * base - np.arange(wcap, dtype=np.int64),
+        "write_num_valid_reqs": np.array([-99], dtype=np.int32),
+    }
+    return verify, write
+
+
+def plan_args(batch: EngineBatch) -> PlanArgs:
+    a = batch.arrays()
+    inputs = dict(
+        req_pool_indices=a.req_pool_indices,
+        prefix_lens=a.prefix_lens,
+        extend_seq_lens=a.extend_seq_lens,
+        req_to_token=a.req_to_token,
+        swa_window_size=batch.swa_window,
+        full_to_swa_index_mapping=a.full_to_swa_index_mapping,
+        verify_capacity=batch.verify_capacity,
+        req_to_verify_expected_tokens=a.req_to_verify_expected_tokens,
+        req_to_verify_expected_tokens_valid_lens=a.req_to_verify_expected_tokens_valid_lens,
+        kv_token_id_vs_position_offset=batch.offset,
+    )
+    verify, write = prefilled(batch)
+    return PlanArgs(batch, inputs, verify, write)
+
+
+def implementation_plans(impl, args: PlanArgs, device):
+    """The implementation's two plans, allocated by it and filled with ``args``' first contents."""
+    verify = impl.VerifyPlan.allocate(verify_capacity=args.batch.verify_capacity, device=device)
+    write = impl.WritePlan.allocate(write_req_capacity=args.batch.write_req_capacity, device=device)
+    for plan, first in ((verify, args.verify), (write, args.write)):
+        for name, value in first.items():
+            getattr(plan, name).copy_(torch.from_numpy(value.copy()))
+    return verify, write
+
+
+def plan_host(verify, write) -> dict:
+    """Both plans' fields as host arrays, keyed ``(plan, field)``."""
+    plans = {"verify": verify, "write": write}
+    return {key: to_numpy(getattr(plans[key[0]], key[1])).copy() for key in PLAN_FIELDS}
+
+
+def implementation_plan(impl, args: PlanArgs, device) -> dict:
+    """Launch the implementation's plan kernel; its plans afterwards, as host arrays."""
+    verify, write = implementation_plans(impl, args, device)
+    impl.launch_canary_plan_kernels(
+        verify_plan_out=verify, write_plan_out=write, **args.tensors(device)
+    )
+    return plan_host(verify, write)
+
+
+def reference_plan(args: PlanArgs) -> dict:
+    """The reference's plans for ``args``, as host arrays keyed like :func:`plan_host`."""
+    verify = reference.VerifyPlan(**{k: v.copy() for k, v in args.verify.items()})
+    write = reference.WritePlan(**{k: v.copy() for k, v in args.write.items()})
+    reference.plan(verify, write, **args.inputs)
+    return plan_host_numpy(verify, write)
+
+
+def plan_host_numpy(verify, write) -> dict:
+    plans = {"verify": verify, "write": write}
+    return {key: np.asarray(getattr(plans[key[0]], key[1])).copy() for key in PLAN_FIELDS}
+
+
+def plan_differences(got: dict, want: dict, *, limit: int = 6) -> list[str]:
+    """One line per differing entry of each field (at most ``limit`` a field), dtype and shape
+    included: ``verify_prev_slot_indices[3] got 17, want -1``."""
+    lines = []
+    for key in PLAN_FIELDS:
+        g, w = got[key], want[key]
+        name = key[1]
+        if g.dtype != w.dtype or g.shape != w.shape:
+            lines.append(f"{name}: got {g.dtype} {list(g.shape)}, want {w.dtype} {list(w.shape)}")
+            continue
+        where = np.flatnonzero(g != w)
+        for i in where[:limit]:
+            lines.append(f"{name}[{i}] got {int(g[i])}, want {int(w[i])}")
+        if where.size > limit:
+            lines.append(f"{name}: {where.size - limit} more entries differ")
+    return lines
+
+
+def describe_batch(batch: EngineBatch) -> str:
+    """A batch for failure messages: its rows and the options of the step."""
+    rows = ", ".join(
+        f"{r.kind}(row {r.pool_row}, prefix {r.prefix}, extend {r.extend}"
+        + (f", valid {r.valid_len})" if batch.pool else ")")
+        for r in batch.rows[:12]
+    )
+    more = f" and {batch.bs - 12} more" if batch.bs > 12 else ""
+    window = (
+        f"SWA window {batch.swa_window} ({batch.swa_table} table)" if batch.swa_window else "no SWA"
+    )
+    pool = f"expected-token pool, offset {batch.offset}" if batch.pool else "no expected-token pool"
+    return (
+        f"batch of {batch.bs}: {rows}{more}\n"
+        f"       {batch.table} table of {batch.pool_rows} rows x {batch.context_len}, page {batch.page_size}, "
+        f"{window}, {pool}, verify_capacity {batch.verify_capacity} (needs {batch.total_verify()}), "
+        f"write_req_capacity {batch.write_req_capacity}"
+    )
+
+
+def plan_snippet(impl_name: str, device, batch: EngineBatch) -> str:
+    """Code that rebuilds ``batch``, runs the implementation's plan and the reference's, and
+    asserts that every field agrees (paste it at the repository root)."""
+    lines = import_impl_lines(impl_name, device)
+    lines += [
+        "import strategies.batches as b",
+        "from conformance.plan_support import plan_args, implementation_plan, reference_plan, plan_differences",
+        f"batch = b.{batch!r}",
+        "args = plan_args(batch)",
+        "got, want = implementation_plan(impl, args, device), reference_plan(args)",
+        "assert not plan_differences(got, want), plan_differences(got, want)",
+    ]
+    return "\n".join(lines)
+
+
+def assert_plans_equal(got: dict, want: dict, *, call: str, batch: EngineBatch, repro: str) -> None:
+    __tracebackhide__ = True
+    lines = plan_differences(got, want)
+    if lines:
+        fail(
+            f"{call}: the plans differ from the reference (CONTRACT §12):\n  " + "\n  ".join(lines),
+            config=describe_batch(batch),
+            repro=repro,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# The scatter
+
+
+def scatter_tensors(batch: ScatterBatch, device) -> dict:
+    flat, offsets, rows, pool = batch.arrays()
+    return dict(
+        flat_in=torch.from_numpy(flat).to(device),
+        offsets=torch.from_numpy(offsets).to(device),
+        req_pool_indices=torch.from_numpy(rows).to(device),
+        pool_out=torch.from_numpy(pool).to(device),
+    )
+
+
+def reference_scatter(batch: ScatterBatch) -> np.ndarray:
+    flat, offsets, rows, pool = batch.arrays()
+    reference.scatter(flat_in=flat, offsets=offsets, req_pool_indices=rows, pool_out=pool)
+    return pool
+
+
+def scatter_snippet(impl_name: str, device, batch: ScatterBatch) -> str:
+    lines = import_impl_lines(impl_name, device)
+    lines += [
+        "import strategies.batches as b",
+        "from conformance.plan_support import scatter_tensors, reference_scatter",
+        f"batch = b.{batch!r}",
+        "t = scatter_tensors(batch, device)",
+        "impl.launch_scatter_req_token_ids_kernel(**t)",
+        "assert (t['pool_out'].cpu().numpy() == reference_scatter(batch)).all()",
+    ]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# The pipeline: scatter, plan, verify and write over an engine's steps, on the implementation
+# and on the reference, with the states compared after every launch.
+
+
+@dataclasses.dataclass(frozen=True)
+class TableChange:
+    """``req_to_token[row, position]`` set to the slot of ``(other_row, other_position)``
+    between two steps of the pipeline: a page-table bug, as an engine would make it."""
+
+    row: int
+    position: int
+    other_row: int
+    other_position: int
+
+
+def pipeline_steps(batch: EngineBatch) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The steps of the pipeline, as ``(prefix_lens, extend_seq_lens)``: the prefill of every
+    live row's prefix, the batch's own step, then a decode of every row that has room. Padding
+    rows keep their stale values in every step."""
+    a = batch.arrays()
+    live = a.req_pool_indices != reference.REQ_POOL_IDX_PADDING
+    prefix, extend = a.prefix_lens.copy(), a.extend_seq_lens.copy()
+    first = (np.where(live, 0, prefix), np.where(live, prefix, extend))
+    after = prefix + np.maximum(extend, 0)
+    room = after < batch.context_len
+    last = (np.where(live, after, prefix), np.where(live, room.astype(np.int64), extend))
+    return [first, (prefix, extend), last]
+
+
+def token_table(batch: EngineBatch) -> np.ndarray:
+    """The token of each position of each pool row, one past the row for the EAGLE offset:
+    distinct and non-zero. The KV of position ``pos`` holds token ``pos + offset``."""
+    rng = np.random.default_rng(batch.seed + 1)
+    cells = batch.pool_rows * (batch.context_len + 1)
+    tokens = 1 + rng.permutation(4 * cells)[:cells]
+    return tokens.reshape(batch.pool_rows, batch.context_len + 1).astype(np.int64)
+
+
+def scatter_inputs(batch: EngineBatch) -> dict:
+    """The scatter that fills the expected-token pool: each live row's first ``valid_len``
+    tokens (what an engine snapshots as the prompt and the output so far)."""
+    a = batch.arrays()
+    tokens = token_table(batch)
+    live = [i for i, row in enumerate(batch.rows) if row.kind != "padding"]
+    rows = a.req_pool_indices[live]
+    lengths = a.req_to_verify_expected_tokens_valid_lens[live]
+    flat = np.concatenate(
+        [tokens[rp, :n] for rp, n in zip(rows, lengths)] + [np.zeros(0, np.int64)]
+    )
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    return dict(
+        flat_in=flat.astype(np.int64), offsets=offsets, req_pool_indices=rows.astype(np.int64)
+    )
+
+
+def write_arrays(batch: EngineBatch, table: np.ndarray, lut, prefix, extend) -> tuple:
+    """``(input_ids, positions, out_cache_loc)`` of a step, in the order of its write plan."""
+    a = batch.arrays()
+    tokens = token_table(batch)
+    ids, positions, slots = [], [], []
+    for r, rp in enumerate(a.req_pool_indices):
+        if rp == reference.REQ_POOL_IDX_PADDING or extend[r] <= 0:
+            continue
+        pos = np.arange(prefix[r], prefix[r] + extend[r], dtype=np.int64)
+        ids.append(tokens[rp, pos + batch.offset])
+        positions.append(pos)
+        full = table[rp, pos].astype(np.int64)
+        slots.append(full if lut is None else reference.translate(full, lut))
+    if not ids:
+        return (np.zeros(0, np.int64),) * 3
+    return np.concatenate(ids), np.concatenate(positions), np.concatenate(slots)
+
+
+def evicted_before(batch: EngineBatch, table: np.ndarray, lut: np.ndarray, prefix) -> np.ndarray:
+    """``lut`` with the SWA slot of every position before a live row's window evicted (0)."""
+    a = batch.arrays()
+    lut = lut.copy()
+    starts = reference.window_starts(prefix, batch.swa_window)
+    for r, rp in enumerate(a.req_pool_indices):
+        if rp != reference.REQ_POOL_IDX_PADDING and starts[r] > 0:
+            lut[table[rp, : starts[r]].astype(np.int64)] = 0
+    return lut
+
+
+def pipeline_world(batch: EngineBatch):
+    """The canary world of a pipeline: one slot per slot the table names (SWA slots under a
+    table), every slot's KV bytes distinct and read in mode ALL, the chain position assert on,
+    and a ring wide enough for every report a changed page-table entry causes."""
+    return st_kv.world(num_slots=batch.num_slots, mode=2, ring_capacity=64, chain_assert=1)
+
+
+def run_pipeline(impl, device, batch: EngineBatch, *, change: TableChange | None = None, what):
+    """Scatter, then per step of :func:`pipeline_steps`: plan, verify and write, on the
+    implementation and on the reference, the states compared after every launch with
+    ``what(step, launch)`` naming the point. ``change`` is made to the page table after the
+    second step. Returns the reference state and the write index before the last step."""
+    __tracebackhide__ = True
+    a = batch.arrays()
+    made = st_kv.materialize_world(pipeline_world(batch), device)
+    state = made.reference_state()
+    context = made.context(impl)
+    table = a.req_to_token.copy()
+    lut = a.full_to_swa_index_mapping
+    if batch.swa_table == "evicted":
+        # a slot is evicted once it left the window: before the last step, not while written
+        lut = dataclasses.replace(batch, swa_table="permuted").arrays().full_to_swa_index_mapping
+    pool = a.req_to_verify_expected_tokens
+    config = describe_batch(batch)
+
+    def tensor(array):
+        return None if array is None else torch.from_numpy(np.ascontiguousarray(array)).to(device)
+
+    pool_t = tensor(pool)
+    if pool is not None:
+        scatter = scatter_inputs(batch)
+        impl.launch_scatter_req_token_ids_kernel(
+            **{k: tensor(v) for k, v in scatter.items()}, pool_out=pool_t
+        )
+        reference.scatter(**scatter, pool_out=pool)
+        got = to_numpy(pool_t)
+        if (got != pool).any():
+            bad = np.argwhere(got != pool)[:4].tolist()
+            fail(
+                f"{what('scatter', 'scatter')}: pool differs at {bad} (CONTRACT §13)", config=config
+            )
+    index_before_last = 0
+    for step, (prefix, extend) in enumerate(pipeline_steps(batch)):
+        if step == 2 and change is not None:
+            table[change.row, change.position] = table[change.other_row, change.other_position]
+        if step == 2:
+            index_before_last = int(state.violation_write_index[0])
+            if batch.swa_table == "evicted":
+                lut = evicted_before(batch, table, lut, prefix)
+        args = dataclasses.replace(
+            plan_args(batch),
+            inputs={
+                **plan_args(batch).inputs,
+                "prefix_lens": prefix,
+                "extend_seq_lens": extend,
+                "req_to_token": table,
+                "full_to_swa_index_mapping": lut,
+                "req_to_verify_expected_tokens": pool,
+            },
+        )
+        verify_plan, write_plan = implementation_plans(impl, args, device)
+        inputs = args.tensors(device)
+        inputs["req_to_verify_expected_tokens"] = pool_t
+        impl.launch_canary_plan_kernels(
+            verify_plan_out=verify_plan, write_plan_out=write_plan, **inputs
+        )
+        ref_verify = reference.VerifyPlan(**{k: v.copy() for k, v in args.verify.items()})
+        ref_write = reference.WritePlan(**{k: v.copy() for k, v in args.write.items()})
+        reference.plan(ref_verify, ref_write, **args.inputs)
+        assert_plans_equal(
+            plan_host(verify_plan, write_plan),
+            plan_host_numpy(ref_verify, ref_write),
+            call=what(step, "plan"),
+            batch=batch,
+            repro="",
+        )
+        since = int(state.violation_write_index[0])
+        impl.launch_canary_verify_kernel(
+            context=context, plan=verify_plan, check_verify_expected_token=True
+        )
+        reference.verify(state, ref_verify, check_verify_expected_token=True)
+        assert_same_state(
+            Snapshot.of_world(made), Snapshot.of_state(state), index_before=since,
+            what=what(step, "verify"), config=config,
+        )  # fmt: skip
+        ids, positions, slots = write_arrays(batch, table, lut, prefix, extend)
+        since = int(state.violation_write_index[0])
+        impl.launch_canary_write_kernel(
+            context=context, plan=write_plan, input_ids=tensor(ids), positions=tensor(positions),
+            out_cache_loc=tensor(slots), enable_write_input_assert=False,
+            expected_input_tokens=None, expected_input_positions=None,
+        )  # fmt: skip
+        reference.write(
+            state, ref_write, input_ids=ids, positions=positions, out_cache_loc=slots,
+            enable_write_input_assert=False, expected_input_tokens=None,
+            expected_input_positions=None,
+        )  # fmt: skip
+        assert_same_state(
+            Snapshot.of_world(made), Snapshot.of_state(state), index_before=since,
+            what=what(step, "write"), config=config,
+        )  # fmt: skip
+    return state, index_before_last
