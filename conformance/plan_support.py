@@ -18,7 +18,7 @@ import strategies as st_kv
 from conformance.assertions import fail, to_numpy
 from conformance.support import import_impl_lines
 from conformance.write_verify_support import Snapshot, assert_same_state
-from strategies.batches import EngineBatch, ScatterBatch
+from strategies.batches import EngineBatch, ScatterBatch, distinct_values
 
 __all__ = [
     "PLAN_FIELDS",
@@ -272,10 +272,9 @@ def pipeline_steps(batch: EngineBatch) -> list[tuple[np.ndarray, np.ndarray]]:
 def token_table(batch: EngineBatch) -> np.ndarray:
     """The token of each position of each pool row, one past the row for the EAGLE offset:
     distinct and non-zero. The KV of position ``pos`` holds token ``pos + offset``."""
-    rng = np.random.default_rng(batch.seed + 1)
-    cells = batch.pool_rows * (batch.context_len + 1)
-    tokens = 1 + rng.permutation(4 * cells)[:cells]
-    return tokens.reshape(batch.pool_rows, batch.context_len + 1).astype(np.int64)
+    rng = np.random.default_rng(batch.seed + 2)
+    tokens = distinct_values(rng, batch.pool_rows * (batch.context_len + 1))
+    return tokens.reshape(batch.pool_rows, batch.context_len + 1)
 
 
 def scatter_inputs(batch: EngineBatch) -> dict:
@@ -373,10 +372,18 @@ def run_pipeline(impl, device, batch: EngineBatch, *, change: TableChange | None
             index_before_last = int(state.violation_write_index[0])
             if batch.swa_table == "evicted":
                 lut = evicted_before(batch, table, lut, prefix)
+        # each step's plan holds all its entries: an overflow would silence the verify
+        need = reference.plan_entries(
+            req_pool_indices=a.req_pool_indices, prefix_lens=prefix, req_to_token=table,
+            swa_window_size=batch.swa_window, full_to_swa_index_mapping=None,
+            req_to_verify_expected_tokens=None, req_to_verify_expected_tokens_valid_lens=None,
+            kv_token_id_vs_position_offset=0,
+        ).slots.shape[0]  # fmt: skip
+        step_batch = dataclasses.replace(batch, verify_capacity=max(1, need))
         args = dataclasses.replace(
-            plan_args(batch),
+            plan_args(step_batch),
             inputs={
-                **plan_args(batch).inputs,
+                **plan_args(step_batch).inputs,
                 "prefix_lens": prefix,
                 "extend_seq_lens": extend,
                 "req_to_token": table,

@@ -35,6 +35,7 @@ __all__ = [
     "EngineBatch",
     "RowSpec",
     "ScatterBatch",
+    "distinct_values",
     "engine_batches",
     "plan_faults",
     "scatter_faults",
@@ -109,11 +110,9 @@ class EngineBatch:
 
     @property
     def num_slots(self) -> int:
-        """Slots of the full KV pool: every slot the table may hold is below it (slot 0 is the
+        """Slots of the full KV pool: every slot the table holds is below it (slot 0 is the
         padding slot); also the length of the full-to-SWA table."""
-        pages = -(-self.context_len // self.page_size)
-        live = self.pool_rows * pages * self.page_size
-        return 1 + live + (0 if self.table == "linear" else live // 2)
+        return _layout(self)[0]
 
     def arrays(self) -> BatchArrays:
         """The plan's arguments, made from the description (the same every time)."""
@@ -140,31 +139,62 @@ class EngineBatch:
         return ",".join(row.kind for row in self.rows)
 
 
+def distinct_values(rng: np.random.Generator, count: int) -> np.ndarray:
+    """``count`` distinct values in ``[1, 2^31 - 1)``, in random order, in O(count): an affine
+    bijection modulo the prime 2^31 - 1 (no permutation of a huge range is drawn)."""
+    prime = 2**31 - 1
+    if count >= prime:
+        raise ValueError(f"{count} distinct values do not fit below 2^31")
+    a, b = (int(x) for x in rng.integers(1, prime - 1, size=2))
+    return 1 + (np.arange(count, dtype=np.int64) * a + b) % prime % (prime - 1)
+
+
+def _needs(batch: EngineBatch) -> dict[int, int]:
+    """Positions each live pool row's request occupies, one more for its next decode, within
+    the row."""
+    return {
+        spec.pool_row: min(batch.context_len, max(spec.prefix, 0) + max(spec.extend, 0) + 1)
+        for spec in batch.rows
+        if spec.kind != "padding"
+    }
+
+
+@functools.lru_cache(maxsize=8)
+def _layout(batch: EngineBatch) -> tuple[int, dict[int, np.ndarray]]:
+    """``(num_slots, the slots of each live pool row's occupied positions)``: whole pages of
+    ``page_size`` slots, one run per row in pool-row order (linear) or pages in random order,
+    a third of the pool left free between them."""
+    rng = np.random.default_rng(batch.seed)
+    page = batch.page_size
+    needs = sorted(_needs(batch).items())
+    pages = [-(-need // page) for _, need in needs]
+    total = sum(pages)
+    free = 0 if batch.table == "linear" else total // 2 + 1
+    order = np.arange(total) if batch.table == "linear" else rng.permutation(total + free)[:total]
+    slots, first = {}, 0
+    for (row, need), n in zip(needs, pages):
+        ids = order[first : first + n]
+        first += n
+        slots[row] = (1 + ids[:, None] * page + np.arange(page)[None, :]).reshape(-1)[:need]
+    return 1 + (total + free) * page, slots
+
+
 @functools.lru_cache(maxsize=8)
 def _arrays(batch: EngineBatch) -> BatchArrays:
-    rng = np.random.default_rng(batch.seed)
-    rows, cols, page = batch.pool_rows, batch.context_len, batch.page_size
-    pages_per_row = -(-cols // page)
-    # Every live position of every pool row gets its own slot in [1, num_slots): the slots of
-    # all rows are one permutation (or one run per row), so no two live positions share one.
-    n_live = rows * pages_per_row * page
-    spare = batch.num_slots - 1  # slots 1 .. num_slots - 1, some of them unused but linear
-    if batch.table == "linear":
-        slots = 1 + np.arange(n_live, dtype=np.int64)
-    elif batch.table == "permuted":
-        slots = 1 + rng.permutation(spare)[:n_live].astype(np.int64)
-    else:  # pages in random order, each page's slots consecutive
-        page_ids = rng.permutation(spare // page)[: rows * pages_per_row]
-        slots = (1 + page_ids[:, None] * page + np.arange(page)[None, :]).reshape(-1)
-    table = slots.reshape(rows, pages_per_row * page)[:, :cols].astype(np.int32)
-    if batch.table == "recycled":
-        # each row's tail, past what its request uses, still holds a previous owner's slots
-        for spec in batch.rows:
-            if spec.kind != "padding":
-                used = max(spec.prefix, 0) + max(spec.extend, 0)
-                tail = table[spec.pool_row, used:]
-                table[spec.pool_row, used:] = rng.permutation(tail)
-    table[0] = 0  # the padding row of the pool holds the padding slot
+    rng = np.random.default_rng(batch.seed + 1)
+    rows, cols = batch.pool_rows, batch.context_len
+    _, row_slots = _layout(batch)
+    table = np.zeros((rows, cols), dtype=np.int32)  # a fresh table is zero: the padding slot
+    for row, slots in row_slots.items():
+        table[row, : slots.shape[0]] = slots
+    if batch.table == "recycled" and row_slots:
+        # every row's tail still holds slots of a previous, longer owner: slots that are
+        # now other positions' (made in pool-row order: the table must not depend on the
+        # order of the batch)
+        used = np.concatenate(list(row_slots.values()))
+        for row in range(1, rows):
+            start = row_slots[row].shape[0] if row in row_slots else 0
+            table[row, start:] = rng.choice(used, size=cols - start)
     lut = None
     if batch.swa_table is not None:
         n = batch.num_slots
@@ -178,8 +208,7 @@ def _arrays(batch: EngineBatch) -> BatchArrays:
     pool = valid = None
     if batch.pool:
         # distinct non-zero tokens; a row's entries past its valid length are a stale tail
-        pool = (1 + rng.permutation(4 * rows * cols)[: rows * cols]).astype(np.int32)
-        pool = pool.reshape(rows, cols)
+        pool = distinct_values(rng, rows * cols).astype(np.int32).reshape(rows, cols)
         valid = np.array([spec.valid_len for spec in batch.rows], dtype=np.int64)
     return BatchArrays(
         req_to_token=table,
@@ -247,7 +276,8 @@ def engine_batches(
 @st.composite
 def _engine_batches(draw, max_reqs, max_context_len, kinds, swa, pool, overflow):
     bs = draw(sizes(max_reqs, min_size=1), label="bs")
-    context_len = draw(sizes(max_context_len, min_size=2), label="context_len")
+    shortest = 3 if overflow is True else 2  # an overflow needs a row of two entries
+    context_len = draw(sizes(max_context_len, min_size=shortest), label="context_len")
     pool_rows = bs + 1 + draw(st.integers(0, 2), label="spare pool rows")
     rows = draw(_row_specs(kinds=kinds, pool_rows=pool_rows, context_len=context_len, bs=bs))
     table = draw(st.sampled_from(TABLE_KINDS), label="table")
@@ -263,8 +293,9 @@ def _engine_batches(draw, max_reqs, max_context_len, kinds, swa, pool, overflow)
         1, bs, seed,
     )  # fmt: skip
     need = draft.total_verify()
-    if overflow is True and need == 0:
-        # an overflow needs entries: the first live row verifies its whole context
+    if overflow is True and need < 2:
+        # an overflow needs two entries: the first live row verifies its whole context, with
+        # no window to cut it short
         first = next((i for i, r in enumerate(rows) if r.kind != "padding"), None)
         if first is None:
             rows = (RowSpec("decode", 1, context_len - 1, 1, 0),) + rows[1:]
@@ -275,15 +306,14 @@ def _engine_batches(draw, max_reqs, max_context_len, kinds, swa, pool, overflow)
             + (RowSpec(spec.kind, spec.pool_row, context_len - 1, 1, spec.valid_len),)
             + rows[first + 1 :]
         )
+        swa_window, swa_table = 0, None
         draft = EngineBatch(
             rows, pool_rows, context_len, table, page_size, swa_window, swa_table, use_pool,
             offset, 1, bs, seed,
         )  # fmt: skip
         need = draft.total_verify()
     if overflow is True:
-        capacity = draw(st.integers(max(1, need - 3), need - 1) if need > 1 else st.just(1))
-        if need <= 1:  # one entry fits any plan: no overflow is possible
-            capacity = 1
+        capacity = draw(st.integers(max(1, need - 3), need - 1), label="verify_capacity")
     elif overflow is False:
         capacity = draw(st.sampled_from((need, need + 1, need + 7)), label="verify_capacity")
     else:
