@@ -5,7 +5,8 @@ It serves devices Triton has no backend for and is the fast path on the CPU, whe
 runs its kernels in Triton's interpreter. It shares no code with ``canary``: its constants,
 enums, ``RealKvSource`` and its validation, plans and launch checks are its own
 (``canary_torch._contract``, written from docs/CONTRACT.md), and it hashes, addresses, chains
-and reports with its own torch code (``canary_torch._ops``); nothing here launches a Triton
+and reports with its own torch code (``canary_torch._ops``), and plans with its own
+(``canary_torch._plan``); nothing here launches a Triton
 kernel. It is a package of its own: importing it imports neither ``canary`` nor Triton
 (``tests/canary_torch/test_backend.py`` checks both).
 
@@ -20,6 +21,7 @@ from typing import cast
 import torch
 
 from . import _ops as ops
+from . import _plan
 from ._contract import (
     CANARY_CHAIN_ANCHOR,
     CANARY_FIELDS_PER_SLOT,
@@ -42,6 +44,7 @@ from ._contract import (
     verify_launch,
     write_launch,
 )
+from ._plan import REQ_POOL_IDX_PADDING
 
 __version__ = "0.1.0"
 
@@ -50,6 +53,7 @@ __all__ = [
     "CANARY_FIELDS_PER_SLOT",
     "CANARY_SLOT_BYTES",
     "MAX_REAL_KV_SOURCES",
+    "REQ_POOL_IDX_PADDING",
     "TOKEN_TO_KV_SLOT_PADDING",
     "VIOLATION_FIELDS",
     "CanaryLaunchTag",
@@ -60,6 +64,7 @@ __all__ = [
     "VerifyPlan",
     "WritePlan",
     "fingerprint",
+    "launch_canary_plan_kernels",
     "launch_canary_verify_kernel",
     "launch_canary_write_kernel",
 ]
@@ -321,3 +326,41 @@ def _finish_serially(running, chain, starts, lengths, step, still_running, token
             value = ops.splitmix64_mix3_int(value, tokens[entry], positions[entry])
     index = torch.tensor(entries, dtype=torch.int64, device=running.device)
     running[index] = torch.tensor(values, dtype=torch.int64, device=running.device)
+
+
+def launch_canary_plan_kernels(
+    *,
+    verify_plan_out: VerifyPlan,
+    write_plan_out: WritePlan,
+    req_pool_indices: torch.Tensor,
+    prefix_lens: torch.Tensor,
+    extend_seq_lens: torch.Tensor,
+    req_to_token: torch.Tensor,
+    swa_window_size: int,
+    full_to_swa_index_mapping: torch.Tensor | None,
+    verify_capacity: int,
+    req_to_verify_expected_tokens: torch.Tensor | None,
+    req_to_verify_expected_tokens_valid_lens: torch.Tensor | None,
+    kv_token_id_vs_position_offset: int,
+) -> None:
+    """Fill both plans in place from an engine's batch (CONTRACT §12).
+
+    Every check (P1 to P13) is made before anything is written; the verify entries of all
+    rows are made at once, and are not written when they overflow the verify plan.
+    """
+    launch = _plan.plan_launch(
+        verify_plan_out=verify_plan_out,
+        write_plan_out=write_plan_out,
+        req_pool_indices=req_pool_indices,
+        prefix_lens=prefix_lens,
+        extend_seq_lens=extend_seq_lens,
+        req_to_token=req_to_token,
+        swa_window_size=swa_window_size,
+        full_to_swa_index_mapping=full_to_swa_index_mapping,
+        verify_capacity=verify_capacity,
+        req_to_verify_expected_tokens=req_to_verify_expected_tokens,
+        req_to_verify_expected_tokens_valid_lens=req_to_verify_expected_tokens_valid_lens,
+        kv_token_id_vs_position_offset=kv_token_id_vs_position_offset,
+    )
+    # Checks are over: from here on the launch only writes the plans.
+    _plan.fill_plans(launch)
