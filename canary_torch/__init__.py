@@ -5,8 +5,8 @@ It serves devices Triton has no backend for and is the fast path on the CPU, whe
 runs its kernels in Triton's interpreter. It shares no code with ``canary``: its constants,
 enums, ``RealKvSource`` and its validation, plans and launch checks are its own
 (``canary_torch._contract``, written from docs/CONTRACT.md), and it hashes, addresses, chains
-and reports with its own torch code (``canary_torch._ops``), and plans with its own
-(``canary_torch._plan``); nothing here launches a Triton
+and reports with its own torch code (``canary_torch._ops``), and plans and scatters with its
+own (``canary_torch._plan``, ``canary_torch._scatter``); nothing here launches a Triton
 kernel. It is a package of its own: importing it imports neither ``canary`` nor Triton
 (``tests/canary_torch/test_backend.py`` checks both).
 
@@ -21,7 +21,7 @@ from typing import cast
 import torch
 
 from . import _ops as ops
-from . import _plan
+from . import _plan, _scatter
 from ._contract import (
     CANARY_CHAIN_ANCHOR,
     CANARY_FIELDS_PER_SLOT,
@@ -67,6 +67,7 @@ __all__ = [
     "launch_canary_plan_kernels",
     "launch_canary_verify_kernel",
     "launch_canary_write_kernel",
+    "launch_scatter_req_token_ids_kernel",
 ]
 
 
@@ -364,3 +365,21 @@ def launch_canary_plan_kernels(
     )
     # Checks are over: from here on the launch only writes the plans.
     _plan.fill_plans(launch)
+
+
+def launch_scatter_req_token_ids_kernel(
+    *,
+    flat_in: torch.Tensor,
+    offsets: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    pool_out: torch.Tensor,
+) -> None:
+    """Copy each request's tokens into its row of the expected-token pool (CONTRACT §13).
+
+    Every check (S1 to S11) is made before anything is written; then all tokens are stored
+    at once, cut to their low 32 bits, those past a row's end dropped.
+    """
+    launch = _scatter.scatter_launch(
+        flat_in=flat_in, offsets=offsets, req_pool_indices=req_pool_indices, pool_out=pool_out
+    )
+    _scatter.scatter(launch)
