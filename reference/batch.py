@@ -197,7 +197,7 @@ def translate(slots: np.ndarray, lut: np.ndarray) -> np.ndarray:
     """§12 item 3: ``lut[s]`` for ``s >= 0``, a negative ``s`` unchanged."""
     slots = np.asarray(slots, dtype=np.int64)
     table = np.asarray(lut)
-    out = slots.copy()
+    out: np.ndarray = slots.copy()
     real = slots >= 0
     out[real] = table[slots[real]]
     return out
