@@ -117,6 +117,9 @@ LEVELS: dict[str, str | tuple[str, ...]] = {
     "test_golden.py::test_fingerprint_vector": CORE,
     "test_golden.py::test_write_verify_vector": CORE,
     "test_golden_scale.py::test_scale_vector": CORE,
+    "test_golden_plan.py::test_plan_vector": CORE,
+    # the 4096-request scatter is past SGLang's 511 (CONTRACT §13 S8)
+    "test_golden_plan.py::test_scatter_vector": ("scatter-4096",),
     # §8 launch checks
     "test_launch_refusals.py::test_bad_launch_raises_before_any_work": _LAUNCH_ADDITIONS,
     # an empty plan is checked in full: SGLang's slot-stride check needs entries

@@ -27,6 +27,13 @@ is therefore a deliberate format change.
   final state: the four fields of every canary slot as u64 hex, the whole ring as u64 hex
   with the rows each launch stored sorted (their order inside a launch is unspecified), the
   write index after every step, and both run counters.
+- ``plan.json``: plan and scatter scenarios (CONTRACT §12, §13) as
+  :class:`~strategies.batches.EngineBatch` and :class:`~strategies.batches.ScatterBatch`
+  descriptions (:mod:`conformance.golden.plan_scenarios`), whose arrays come from their seed,
+  and what the reference makes of them: every field of both plans (filled in over the suite's
+  first contents, :func:`conformance.plan_support.prefilled`), or the pool after a scatter, as
+  int lists, or as the sha256 of the little-endian int array where one is longer than 64
+  (the 4096-row, 70,000-entry batch). ``conformance/test_golden_plan.py`` replays them.
 - ``scale.json``: engine-sized scenarios (pages of 96 and 128 slots, pools past 2^16 slots,
   a 4096-token prefill, 300 decode requests, a verify of 33,000 entries), too large to store
   as descriptions or results: each is a *recipe*, a small dict of a ``kind`` and a few ints
@@ -51,17 +58,22 @@ bytes, so the files do not depend on the torch version.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 from conformance.assertions import hexu
 from conformance.golden.fingerprint_scenarios import fingerprint_scenarios
+from conformance.golden.plan_scenarios import engine_scale, plan_scenarios, scatter_scenarios
 from conformance.golden.scale_scenarios import expand, scale_scenarios
 from conformance.golden.write_verify_scenarios import write_verify_scenarios
 from conformance.support import materialize_all, reference_fingerprint, reference_sources
 from conformance.write_verify_support import reference_outcome, reference_write_verify
 from strategies import CanaryWorld, Corruption, SourceLayout, VerifyBatch, WriteBatch, WriteRequest
+from strategies.batches import EngineBatch, RowSpec, ScatterBatch
 
 __all__ = [
     "COMMAND",
@@ -69,7 +81,11 @@ __all__ = [
     "FINGERPRINT_FILE",
     "FORMAT_VERSION",
     "GOLDEN_DIR",
+    "PLAN_FILE",
     "SCALE_FILE",
+    "batch_of",
+    "scatter_of",
+    "stored_array",
     "WRITE_VERIFY_FILE",
     "changes",
     "fingerprint_hashes",
@@ -87,7 +103,8 @@ GOLDEN_DIR = Path(__file__).resolve().parent
 FINGERPRINT_FILE = "fingerprint.json"
 WRITE_VERIFY_FILE = "write_verify.json"
 SCALE_FILE = "scale.json"
-FILES = (FINGERPRINT_FILE, WRITE_VERIFY_FILE, SCALE_FILE)
+PLAN_FILE = "plan.json"
+FILES = (FINGERPRINT_FILE, WRITE_VERIFY_FILE, SCALE_FILE, PLAN_FILE)
 FORMAT_VERSION = 1
 COMMAND = "python -m conformance.golden"
 
@@ -238,6 +255,58 @@ def scale_expected(recipe: dict) -> dict:
     return reference_outcome(world, steps).digested()
 
 
+def batch_of(vector: dict) -> EngineBatch:
+    """A plan vector's batch: its description, or what its recipe makes
+    (:func:`conformance.golden.plan_scenarios.engine_scale`)."""
+    if "recipe" in vector:
+        return engine_scale(**vector["recipe"])
+    data = vector["batch"]
+    return EngineBatch(**{**data, "rows": tuple(RowSpec(*row) for row in data["rows"])})
+
+
+def _plain_batch(batch: EngineBatch) -> dict:
+    """A batch as JSON data, each row one list ``[kind, pool_row, prefix, extend, valid_len]``."""
+    data = plain(batch)
+    return {
+        **data,
+        "rows": [[r[f.name] for f in dataclasses.fields(RowSpec)] for r in data["rows"]],
+    }
+
+
+def scatter_of(vector: dict) -> ScatterBatch:
+    """A scatter vector's scatter."""
+    data = vector["scatter"]
+    return ScatterBatch(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+def stored_array(values: np.ndarray):
+    """An int array as ``plan.json`` stores it: a (nested) list, or its sha256 when it holds
+    more than 64 values."""
+    values = np.ascontiguousarray(values)
+    if values.size <= 64:
+        return values.tolist()
+    data = values.astype(values.dtype.newbyteorder("<")).tobytes()
+    return {"dtype": values.dtype.name, "shape": list(values.shape),
+            "sha256": hashlib.sha256(data).hexdigest()}  # fmt: skip
+
+
+def _plan_vectors() -> list[dict]:
+    from conformance.plan_support import plan_args, reference_plan, reference_scatter
+
+    vectors = []
+    for scenario in plan_scenarios():
+        batch = scenario["batch"] if "batch" in scenario else engine_scale(**scenario["recipe"])
+        got = reference_plan(plan_args(batch))
+        expected = {name: stored_array(got[plan, name]) for plan, name in got}
+        if "batch" in scenario:
+            scenario = {**scenario, "batch": _plain_batch(scenario["batch"])}
+        vectors.append({**scenario, "expected": expected})
+    for scenario in scatter_scenarios():
+        pool = reference_scatter(scenario["scatter"])
+        vectors.append({**plain(scenario), "expected": {"pool_out": stored_array(pool)}})
+    return vectors
+
+
 def render() -> dict[str, str]:
     """The text of every golden file, as regenerating from the reference gives it now."""
     fingerprints = [
@@ -255,6 +324,7 @@ def render() -> dict[str, str]:
         FINGERPRINT_FILE: _document("fingerprint", fingerprints),
         WRITE_VERIFY_FILE: _document("write_verify", write_verify),
         SCALE_FILE: _document("scale", scale),
+        PLAN_FILE: _document("plan", _plan_vectors()),
     }
 
 
