@@ -165,6 +165,7 @@ LEVELS: dict[str, str | tuple[str, ...]] = {
     "test_plan_kernels.py::test_permuting_the_requests_permutes_the_entries": CORE,
     "test_plan_kernels.py::test_plan_write_verify_over_an_engines_steps_is_clean": CORE,
     "test_plan_kernels.py::test_a_changed_page_table_entry_is_reported_as_the_reference_predicts": CORE,
+    "test_plan_kernels.py::test_an_engine_scale_plan_feeds_one_verify_launch": CORE,
     "test_plan_refusals.py::test_plan_refuses_each_broken_argument": (
         "P1:*",
         "P8:*",

@@ -10,25 +10,32 @@ import dataclasses
 import hypothesis.strategies as st
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, target
 
 import reference
+import strategies as st_kv
 from conformance import profiles
 from conformance.assertions import fail
+from conformance.golden.plan_scenarios import engine_scale
 from conformance.plan_support import (
     PLAN_FIELDS,
     TableChange,
     assert_plans_equal,
     describe_batch,
     implementation_plan,
+    implementation_plans,
     pipeline_steps,
+    pipeline_world,
     plan_args,
+    plan_host,
     plan_snippet,
     reference_plan,
     run_pipeline,
+    write_arrays,
 )
 from conformance.profiles import examples
-from conformance.write_verify_support import launch_rows
+from conformance.write_verify_support import Snapshot, assert_same_state, launch_rows
 from strategies.batches import EngineBatch, RowSpec, engine_batches
 
 pytestmark = pytest.mark.plan
@@ -219,3 +226,54 @@ def test_a_changed_page_table_entry_is_reported_as_the_reference_predicts(
     if int(state.violation_write_index[0]) == since:
         fail(f"the reference reported no violation for {change}", config=describe_batch(batch))
     assert reported.shape[0] >= 1
+
+
+def test_an_engine_scale_plan_feeds_one_verify_launch(impl, impl_name, device):
+    """The 4096-row batch with a prefix of 8200 tokens (70,000+ entries, past 2^16): its plan
+    equals the reference's, and one verify launch of it over records the reference wrote is
+    clean and leaves the reference's state."""
+    batch = engine_scale()
+    a = batch.arrays()
+    made = st_kv.materialize_world(pipeline_world(batch), device)
+    state = made.reference_state()
+    # the prefixes, written by the reference and handed to the implementation's buffer
+    prefix, extend = pipeline_steps(batch)[0]
+    pre = plan_args(dataclasses.replace(batch, verify_capacity=1))
+    write_pre = reference.WritePlan(**pre.write)
+    reference.plan(
+        reference.VerifyPlan(**pre.verify), write_pre,
+        **{**pre.inputs, "prefix_lens": prefix, "extend_seq_lens": extend, "verify_capacity": 1},
+    )  # fmt: skip
+    ids, positions, slots = write_arrays(batch, a.req_to_token, None, prefix, extend)
+    reference.write(
+        state, write_pre, input_ids=ids, positions=positions, out_cache_loc=slots,
+        enable_write_input_assert=False, expected_input_tokens=None, expected_input_positions=None,
+    )  # fmt: skip
+    made.canary_buf.copy_(torch.from_numpy(state.canary_buf))
+    made.slot_run_counter.copy_(torch.from_numpy(state.slot_run_counter))
+    made.kernel_run_counter.copy_(torch.from_numpy(state.kernel_run_counter))
+
+    args = plan_args(batch)
+    verify, write = implementation_plans(impl, args, device)
+    impl.launch_canary_plan_kernels(
+        verify_plan_out=verify, write_plan_out=write, **args.tensors(device)
+    )
+    want = reference_plan(args)
+    assert_plans_equal(
+        plan_host(verify, write), want, call="launch_canary_plan_kernels (engine scale)",
+        batch=batch, repro=plan_snippet(impl_name, device, batch),
+    )  # fmt: skip
+    assert int(want["verify", "verify_num_valid"][0]) > 2**16
+    since = int(state.violation_write_index[0])
+    impl.launch_canary_verify_kernel(
+        context=made.context(impl), plan=verify, check_verify_expected_token=True
+    )
+    reference.verify(
+        state, reference.VerifyPlan(**{name: want["verify", name] for _, name in PLAN_FIELDS[:6]}),
+        check_verify_expected_token=True,
+    )  # fmt: skip
+    assert_same_state(
+        Snapshot.of_world(made), Snapshot.of_state(state), index_before=since,
+        what="verify of the engine-scale plan", config=describe_batch(batch),
+    )  # fmt: skip
+    assert int(state.violation_write_index[0]) == since, "the reference saw violations"
