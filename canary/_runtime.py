@@ -1,10 +1,11 @@
-"""Binds the kernel bodies of ``canary.kernels`` to a Triton execution mode per device.
+"""Binds the kernel bodies of ``canary.kernels`` and ``canary.plan_kernels`` to a Triton
+execution mode per device.
 
 Triton decides between compiling and interpreting when ``@triton.jit`` runs, by reading
 ``TRITON_INTERPRET``. To serve CUDA/ROCm tensors (compiled) and CPU tensors (interpreted)
 in the same process, without asking the user to set anything, every kernel body is bound
 twice, each time into its own namespace whose helper names resolve to helpers of the same
-mode:
+mode (and of the same module: each kernel module gets a namespace of its own per mode):
 
 - ``compiled``: ``triton.runtime.JITFunction``, for tensors on a GPU;
 - ``interpreted``: ``triton.runtime.interpreter.InterpretedFunction``, which runs the same
@@ -34,10 +35,11 @@ from triton.runtime import interpreter
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
-from . import kernels
+from . import kernels, plan_kernels
 
-# The module whose kernel bodies are bound; replaceable (see ``use_kernel_module``).
-_source_module = kernels
+# The modules whose kernel bodies are bound, by the canary module each stands for; each
+# replaceable (see ``use_kernel_module``).
+_source_modules: dict = {kernels.__name__: kernels, plan_kernels.__name__: plan_kernels}
 
 
 def _bodies(module) -> list:
@@ -87,27 +89,38 @@ def _bind(module, mode: str) -> types.SimpleNamespace:
     return types.SimpleNamespace(**bound)
 
 
+def _bind_all(mode: str) -> types.SimpleNamespace:
+    """Every kernel module bound in ``mode``, each into its own namespace; their kernels
+    together in one (the modules' kernel names are distinct)."""
+    merged: dict = {}
+    for module in _source_modules.values():
+        merged.update(vars(_bind(module, mode)))
+    return types.SimpleNamespace(**merged)
+
+
 @functools.cache
 def _kernels(mode: str) -> types.SimpleNamespace:
-    return _bind(_source_module, mode)
+    return _bind_all(mode)
 
 
 def fresh_compiled_kernels() -> types.SimpleNamespace:
-    """A new compiled binding of the current kernel module, sharing no cache with launches.
+    """A new compiled binding of the current kernel modules, sharing no cache with launches.
 
     A ``JITFunction`` remembers the target of the first driver it met; the compile check
     binds anew for each target it compiles for.
     """
-    return _bind(_source_module, "compiled")
+    return _bind_all("compiled")
 
 
-def use_kernel_module(module) -> None:
-    """Bind kernel bodies from ``module`` (same names as ``canary.kernels``) from now on.
+def use_kernel_module(module, replacing=kernels) -> None:
+    """Bind kernel bodies from ``module`` in place of those of ``replacing`` from now on
+    (same names as ``replacing``: ``canary.kernels`` unless told otherwise).
 
     For the known-bad catalogue, whose members are canary with one kernel line changed.
     """
-    global _source_module
-    _source_module = module
+    if replacing.__name__ not in _source_modules:
+        raise ValueError(f"{replacing.__name__} is not a kernel module of canary")
+    _source_modules[replacing.__name__] = module
     _kernels.cache_clear()
 
 

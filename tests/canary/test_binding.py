@@ -14,9 +14,26 @@ from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
 import canary.kernels
+import canary.plan_kernels
 from canary import _runtime
 
-KERNELS = ("fingerprint_kernel", "verify_kernel", "write_kernel", "hash_kernel")
+KERNELS = (
+    "fingerprint_kernel",
+    "verify_kernel",
+    "write_kernel",
+    "hash_kernel",
+    "plan_offsets_kernel",
+    "plan_entries_kernel",
+    "scatter_req_token_ids_kernel",
+)
+
+
+def body(name: str):
+    """The undecorated body of kernel ``name``, from the module that defines it."""
+    for module in (canary.kernels, canary.plan_kernels):
+        if hasattr(module, name):
+            return getattr(module, name)
+    raise LookupError(name)
 
 
 def annotated_constexprs(body) -> list[str]:
@@ -29,10 +46,9 @@ def annotated_constexprs(body) -> list[str]:
 
 @pytest.mark.parametrize("name", KERNELS)
 def test_compiled_binding_keeps_constexpr_parameters(name):
-    """Every parameter annotated ``tl.constexpr`` in canary/kernels.py is constexpr once bound."""
-    body = getattr(canary.kernels, name)
+    """Every parameter annotated ``tl.constexpr`` in a kernel body is constexpr once bound."""
     compiled = getattr(_runtime._kernels("compiled"), name)
-    want = annotated_constexprs(body)
+    want = annotated_constexprs(body(name))
     assert want, f"{name} declares no constexpr parameter; this test would prove nothing"
     got = [param.name for param in compiled.params if param.is_constexpr]
     assert got == want, f"compiled {name} has constexpr parameters {got}, the body declares {want}"
@@ -151,3 +167,42 @@ def test_a_patch_is_skipped_only_for_functions_of_the_launch_s_globals(monkeypat
     with pytest.raises(RuntimeError), _runtime.patch_language_once():
         raise RuntimeError("a launch failed")
     assert interpreter._patch_lang is real
+
+
+@pytest.mark.parametrize("mode", ["compiled", "interpreted"])
+def test_each_kernel_module_is_bound_in_a_namespace_of_its_own(mode):
+    """The plan kernels' helpers resolve in their own module's namespace of the same mode,
+    never in the write/verify kernels' one (and the other way round)."""
+    bound = _runtime._kernels(mode)
+    plan_globals = bound.plan_entries_kernel.fn.__globals__
+    verify_globals = bound.verify_kernel.fn.__globals__
+    assert plan_globals is not verify_globals
+    assert plan_globals["__name__"] == f"canary.plan_kernels.{mode}"
+    assert plan_globals["find_row"] is bound.find_row
+    assert plan_globals["find_row"] is bound.scatter_req_token_ids_kernel.fn.__globals__["find_row"]
+    assert "find_row" not in verify_globals and "splitmix64" not in plan_globals
+
+
+def test_a_replaced_kernel_module_keeps_the_other(monkeypatch):
+    """use_kernel_module replaces the bodies of the module it is told (canary.kernels by
+    default) and keeps the other's; a module that is none of canary's is refused."""
+    import importlib.util
+    import sys
+
+    name = "stand_in_plan_kernels"
+    spec = importlib.util.spec_from_file_location(name, canary.plan_kernels.__file__)
+    stand_in = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, stand_in)  # inspect finds its source there
+    spec.loader.exec_module(stand_in)
+    monkeypatch.setattr(_runtime, "_source_modules", dict(_runtime._source_modules))
+    _runtime._kernels.cache_clear()
+    try:
+        _runtime.use_kernel_module(stand_in, replacing=canary.plan_kernels)
+        bound = _runtime._kernels("compiled")
+        assert bound.scatter_req_token_ids_kernel.fn.__module__ == f"{name}.compiled"
+        assert bound.verify_kernel.fn.__module__ == "canary.kernels.compiled"
+        with pytest.raises(ValueError, match="is not a kernel module of canary"):
+            _runtime.use_kernel_module(stand_in, replacing=stand_in)
+    finally:
+        monkeypatch.undo()
+        _runtime._kernels.cache_clear()
