@@ -15,6 +15,7 @@ from .constants import (
     CANARY_FIELDS_PER_SLOT,
     CANARY_SLOT_BYTES,
     MAX_REAL_KV_SOURCES,
+    REQ_POOL_IDX_PADDING,
     TOKEN_TO_KV_SLOT_PADDING,
     VIOLATION_FIELD_EXPECTED_AUX,
     VIOLATION_FIELD_EXPECTED_TOKEN,
@@ -30,8 +31,10 @@ from .constants import (
     RealKvHashMode,
 )
 from .launch import launch_canary_verify_kernel, launch_canary_write_kernel
+from .plan import launch_canary_plan_kernels
 from .plans import VerifyOrWriteContext, VerifyPlan, WritePlan
 from .real_kv_hash import fingerprint
+from .scatter import launch_scatter_req_token_ids_kernel
 from .source import RealKvSource
 
 __version__ = "0.1.0"
@@ -45,6 +48,7 @@ __all__ = [
     "CANARY_FIELDS_PER_SLOT",
     "CANARY_SLOT_BYTES",
     "MAX_REAL_KV_SOURCES",
+    "REQ_POOL_IDX_PADDING",
     "TOKEN_TO_KV_SLOT_PADDING",
     "VIOLATION_FIELD_KERNEL_KIND",
     "VIOLATION_FIELD_SLOT_IDX",
@@ -62,6 +66,8 @@ __all__ = [
     "fingerprint",
     "launch_canary_verify_kernel",
     "launch_canary_write_kernel",
+    "launch_canary_plan_kernels",
+    "launch_scatter_req_token_ids_kernel",
     "VerifyOrWriteContext",
     "VerifyPlan",
     "WritePlan",

@@ -5,6 +5,8 @@ from __future__ import annotations
 from enum import IntEnum, IntFlag
 
 CANARY_CHAIN_ANCHOR = 0xC0FFEE1234567890
+# Row 0 of the request pool is the padding row of a batch (CONTRACT §12): it plans nothing.
+REQ_POOL_IDX_PADDING = 0
 TOKEN_TO_KV_SLOT_PADDING = 0
 CANARY_FIELDS_PER_SLOT = 4
 CANARY_SLOT_BYTES = 32
