@@ -188,9 +188,43 @@ def _drive_launchers() -> None:
                             expected_input_tokens=expected[0],
                             expected_input_positions=expected[1],
                         )
+    _drive_plan_launchers()
     words = torch.tensor([1, 2, 3], dtype=torch.int64)
     hashing.splitmix64(words)
     hashing.splitmix64_mix3(words, words + 1, words + 2)
+
+
+def _drive_plan_launchers() -> None:
+    """The plan launcher with and without an SWA table and an expected-token pool (each
+    selects a different build), and the scatter."""
+    req_to_token = (torch.arange(4 * 8, dtype=torch.int32) + 1).view(4, 8)
+    rows = torch.tensor([1, 0, 3], dtype=torch.int64)
+    for with_swa in (False, True):
+        for with_pool in (False, True):
+            verify_plan = canary.VerifyPlan.allocate(verify_capacity=16, device="cpu")
+            write_plan = canary.WritePlan.allocate(write_req_capacity=4, device="cpu")
+            canary.launch_canary_plan_kernels(
+                verify_plan_out=verify_plan,
+                write_plan_out=write_plan,
+                req_pool_indices=rows,
+                prefix_lens=torch.tensor([3, 0, 5], dtype=torch.int64),
+                extend_seq_lens=torch.tensor([1, 0, 2], dtype=torch.int64),
+                req_to_token=req_to_token,
+                swa_window_size=2 if with_swa else 0,
+                full_to_swa_index_mapping=torch.arange(64, dtype=torch.int64) if with_swa else None,
+                verify_capacity=16,
+                req_to_verify_expected_tokens=req_to_token if with_pool else None,
+                req_to_verify_expected_tokens_valid_lens=(
+                    torch.tensor([2, 0, 4], dtype=torch.int64) if with_pool else None
+                ),
+                kv_token_id_vs_position_offset=1 if with_pool else 0,
+            )
+    canary.launch_scatter_req_token_ids_kernel(
+        flat_in=torch.arange(7, dtype=torch.int64),
+        offsets=torch.tensor([0, 3, 7], dtype=torch.int64),
+        req_pool_indices=torch.tensor([1, 2], dtype=torch.int64),
+        pool_out=torch.zeros(4, 8, dtype=torch.int32),
+    )
 
 
 def _spec_text(launch: _runtime.Launch) -> str:

@@ -3,8 +3,8 @@ own output (Triton IR, PTX for sm_90, AMDGCN for gfx942), for every variant the 
 
 - The fold reads source bytes with 16-byte vector loads (PTX ``ld.global.v2.b64``/``.v4``,
   AMDGCN ``global_load_dwordx4``), never byte loads, and nothing spills.
-- Addresses are 64-bit all the way: no value is truncated to 32 bits in the Triton IR, every
-  integer turned into a pointer is an i64, and the PTX has no 32-bit multiply (a source past
+- Addresses are 64-bit all the way: no value is truncated to 32 bits in the Triton IR (but a
+  value that is only stored, into an int32 tensor), every integer turned into a pointer is an i64, and the PTX has no 32-bit multiply (a source past
   2**32 bytes stays correct).
 - The division by ``page_size`` happens once per slot and source: no 64-bit division or
   remainder inside a loop of the PTX.
@@ -71,10 +71,27 @@ def fold_load_problems(asm: str, kind: str) -> list[str]:
     return problems
 
 
+def only_stored(ttir: str, name: str) -> bool:
+    """Whether the IR value ``name`` is used, and only as the value a ``tt.store`` stores."""
+    uses = [
+        line
+        for line in ttir.splitlines()
+        if re.search(rf"{re.escape(name)}\b", line) and not line.strip().startswith(f"{name} =")
+    ]
+    stored = rf"\s*tt\.store %[\w#]+, {re.escape(name)}\b"
+    return bool(uses) and all(re.match(stored, line) for line in uses)
+
+
 def address_problems(ttir: str) -> list[str]:
-    """32-bit arithmetic that can reach an address, as the Triton IR shows it."""
+    """32-bit arithmetic that can reach an address, as the Triton IR shows it. A truncation
+    whose result is only stored is data, not an address: the plan's int32 num_valid, the
+    scatter's 32-bit cut of a token (CONTRACT §12, §13)."""
     problems = []
-    truncations = re.findall(r"arith\.trunci .*", ttir)
+    truncations = [
+        line
+        for line in re.findall(r"(%[\w#]+) = (arith\.trunci .*)", ttir)
+        if not only_stored(ttir, line[0])
+    ]
     if truncations:
         problems.append(f"{len(truncations)} truncation(s) to a narrower integer")
     for line in re.findall(r"tt\.int_to_ptr .*", ttir):

@@ -28,7 +28,8 @@ def constexprs(launch) -> dict:
 
 
 def test_variants_cover_every_constexpr_combination():
-    """Every NUM_SOURCES, mode, token flag, input assert and hash kind a launcher can select."""
+    """Every NUM_SOURCES, mode, token flag, input assert, hash kind, SWA table and expected-token
+    pool a launcher can select."""
     seen: dict[str, set] = {}
     for launch in compile_check.variants():
         seen.setdefault(launch.name, set()).add(tuple(sorted(constexprs(launch).items())))
@@ -38,6 +39,11 @@ def test_variants_cover_every_constexpr_combination():
     }
     assert {dict(c)["INPUT_ASSERT"] for c in seen["write_kernel"]} == {False, True}
     assert {dict(c)["MIX3"] for c in seen["hash_kernel"]} == {False, True}
+    assert {dict(c)["HAS_SWA"] for c in seen["plan_offsets_kernel"]} == {False, True}
+    assert {(dict(c)["HAS_SWA"], dict(c)["HAS_POOL"]) for c in seen["plan_entries_kernel"]} == {
+        (swa, pool) for swa in (False, True) for pool in (False, True)
+    }
+    assert len(seen["scatter_req_token_ids_kernel"]) == 1
 
 
 def test_variants_include_int32_token_arrays_and_an_8_byte_aligned_buffer():
@@ -97,11 +103,13 @@ def test_integers_far_outside_int32_are_i64():
     assert compile_check._spec_text(launch) == " | i64,i64,i64,i64"
 
 
-def test_the_variants_are_34_distinct_builds():
+def test_the_variants_are_41_distinct_builds():
     """The matrix the check compiles: 4 fingerprint builds (1-4 sources), 20 verify builds (0-4
     sources x token check x a 16- or 8-byte aligned canary buffer), 8 write builds (input
-    assert x int64/int32 token arrays x buffer alignment) and 2 hash builds; each one distinct.
-    A change of these numbers changes what every GPU target is checked on: make it on purpose."""
+    assert x int64/int32 token arrays x buffer alignment), 2 hash builds, 2 plan-offsets builds
+    (with/without an SWA table), 4 plan-entries builds (SWA table x expected-token pool) and 1
+    scatter build; each one distinct. A change of these numbers changes what every GPU target
+    is checked on: make it on purpose."""
     launches = compile_check.variants()
     keys = [(launch.name, compile_check._spec_text(launch)) for launch in launches]
     assert len(set(keys)) == len(keys)
@@ -113,6 +121,9 @@ def test_the_variants_are_34_distinct_builds():
         "verify_kernel": 20,
         "write_kernel": 8,
         "hash_kernel": 2,
+        "plan_offsets_kernel": 2,
+        "plan_entries_kernel": 4,
+        "scatter_req_token_ids_kernel": 1,
     }
 
 
