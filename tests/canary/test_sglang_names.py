@@ -1,7 +1,7 @@
 """canary is SGLang's kv_canary in name too: every public constant and enum of the installed
 SGLang release exists in canary under the same name with the same value (enums: the same
-members), so engine code written against SGLang runs on canary unchanged. Names that are out
-of scope are listed below with the reason.
+members), and every launcher takes SGLang's keywords, so engine code written against SGLang
+runs on canary unchanged. Names that are out of scope are listed below with the reason.
 
 SGLang's modules come from the adapter (``conformance.adapters.sglang``), which loads the
 installed release's kv_canary without its serving stack.
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import enum
 import fnmatch
+import importlib
+import inspect
 
 import pytest
 
@@ -19,8 +21,6 @@ import canary.constants
 
 #: SGLang names canary leaves out on purpose, as fnmatch patterns, with the reason.
 OUT_OF_SCOPE = {
-    "REQ_POOL_IDX_PADDING": "the padding row of SGLang's request pool, which its own plan "
-    "builder reads; canary's plans take KV slots, never request-pool rows",
     "REAL_KV_SOURCE_*": "the layout of the parameter table SGLang's CUDA launcher hands its "
     "kernel; canary passes each source to Triton as arguments",
 }
@@ -87,3 +87,27 @@ def test_every_out_of_scope_name_is_sglang_s(sglang):
     names = sglang_names(sglang)
     stale = [p for p in OUT_OF_SCOPE if not fnmatch.filter(names, p)]
     assert not stale, f"OUT_OF_SCOPE names nothing of SGLang {sglang.INSTALLED}: {stale}"
+
+
+#: SGLang's launchers, by the module of its kv_canary that defines each.
+LAUNCHERS = {
+    "write": "launch_canary_write_kernel",
+    "verify": "launch_canary_verify_kernel",
+    "plan.api": "launch_canary_plan_kernels",
+    "scatter_req_token_ids": "launch_scatter_req_token_ids_kernel",
+}
+
+
+def parameters(fn) -> list[tuple[str, object]]:
+    return [(p.name, p.kind) for p in inspect.signature(fn).parameters.values()]
+
+
+@pytest.mark.parametrize("module, name", LAUNCHERS.items())
+def test_every_launcher_takes_sglang_s_keywords(sglang, module, name):
+    """Each SGLang launcher is canary's, exported from ``canary``, with the same parameters in
+    the same order, keyword-only in both."""
+    theirs = getattr(importlib.import_module(f"{sglang.LAYOUT}.{module}"), name)
+    ours = getattr(canary, name)
+    assert name in canary.__all__
+    assert parameters(ours) == parameters(theirs)
+    assert {kind for _, kind in parameters(ours)} == {inspect.Parameter.KEYWORD_ONLY}
