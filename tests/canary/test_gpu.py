@@ -1,4 +1,5 @@
-"""canary's compiled kernels (GPU) agree with its interpreted ones (CPU) in one process.
+"""canary's compiled kernels (GPU) agree with its interpreted ones (CPU) in one process: the
+write/verify family, and the plan and the scatter.
 
 The comparison is skipped without a CUDA/ROCm device (its scenario still runs on the CPU, so
 that its code is known to work before a GPU host needs it). On a GPU host this is the check
@@ -104,5 +105,77 @@ def test_compiled_equals_interpreted(gpu):
     """Every result of the compiled kernels equals the interpreted kernels' result, bit for bit."""
     on_cpu = run_everything("cpu")
     on_gpu = run_everything(gpu)
+    for name, expected in on_cpu.items():
+        np.testing.assert_array_equal(on_gpu[name], expected, strict=True, err_msg=name)
+
+
+def plan_and_scatter_everything(device: str) -> dict:
+    """Every plan variant (SWA table x expected-token pool) of one mixed batch, fitting and
+    overflowing, and one scatter, on ``device``: every tensor they wrote, on the host."""
+    gen = torch.Generator().manual_seed(11)
+    bs, pool_rows, row_len = 700, 300, 24
+    table = torch.randint(-2, 5000, (pool_rows, row_len), generator=gen, dtype=torch.int32)
+    pool = torch.randint(-(2**31), 2**31 - 1, (pool_rows, row_len), generator=gen).int()
+    rows = torch.randint(0, pool_rows, (bs,), generator=gen)
+    rows[::5] = 0  # padding rows
+    prefix = torch.randint(-3, row_len + 1, (bs,), generator=gen)
+    extend = torch.randint(-2, 5, (bs,), generator=gen)
+    lens = torch.randint(-1, row_len + 1, (bs,), generator=gen)
+    lut = torch.randperm(6000, generator=gen)
+    results = {}
+    for with_swa in (False, True):
+        for with_pool in (False, True):
+            for capacity in (10000, 100):  # 100 overflows
+                verify = canary.VerifyPlan.allocate(verify_capacity=capacity, device=device)
+                write = canary.WritePlan.allocate(write_req_capacity=bs + 2, device=device)
+                for plan in (verify, write):
+                    for field in plan.__dataclass_fields__:
+                        getattr(plan, field).fill_(91)
+                canary.launch_canary_plan_kernels(
+                    verify_plan_out=verify,
+                    write_plan_out=write,
+                    req_pool_indices=rows.to(device),
+                    prefix_lens=prefix.to(device),
+                    extend_seq_lens=extend.to(device),
+                    req_to_token=table.to(device),
+                    swa_window_size=7 if with_swa else 0,
+                    full_to_swa_index_mapping=lut.to(device) if with_swa else None,
+                    verify_capacity=capacity,
+                    req_to_verify_expected_tokens=pool.to(device) if with_pool else None,
+                    req_to_verify_expected_tokens_valid_lens=lens.to(device) if with_pool else None,
+                    kv_token_id_vs_position_offset=1,
+                )
+                for plan in (verify, write):
+                    for field in plan.__dataclass_fields__:
+                        key = f"swa={with_swa} pool={with_pool} capacity={capacity} {field}"
+                        results[key] = getattr(plan, field).cpu().numpy()
+    lengths = torch.randint(0, 40, (bs,), generator=gen)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lengths, 0)])
+    flat = torch.randint(-(2**62), 2**62, (int(offsets[-1]),), generator=gen)
+    pool_out = torch.full((bs + 1, 32), 7, dtype=torch.int32, device=device)
+    canary.launch_scatter_req_token_ids_kernel(
+        flat_in=flat.to(device),
+        offsets=offsets.to(device),
+        req_pool_indices=(torch.randperm(bs, generator=gen) + 1).to(device),
+        pool_out=pool_out,
+    )
+    results["scatter"] = pool_out.cpu().numpy()
+    return results
+
+
+def test_the_plan_scenario_runs_on_the_cpu():
+    """The plan and scatter comparison's scenario runs on CPU tensors, plans, and overflows."""
+    results = plan_and_scatter_everything("cpu")
+    assert results["swa=True pool=True capacity=10000 enable"][0] == 1
+    assert results["swa=True pool=True capacity=100 enable"][0] == 0
+    assert (results["swa=True pool=True capacity=10000 verify_expected_tokens"] != 91).any()
+
+
+@pytest.mark.skipif(not GPUS, reason="needs a CUDA/ROCm device")
+@pytest.mark.parametrize("gpu", GPUS)
+def test_compiled_plan_and_scatter_equal_interpreted(gpu):
+    """Every tensor the compiled plan and scatter kernels write equals the interpreted ones'."""
+    on_cpu = plan_and_scatter_everything("cpu")
+    on_gpu = plan_and_scatter_everything(gpu)
     for name, expected in on_cpu.items():
         np.testing.assert_array_equal(on_gpu[name], expected, strict=True, err_msg=name)
