@@ -31,7 +31,11 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.internal.conjecture import engine as _engine
-from hypothesis.internal.conjecture import providers as _providers
+
+try:  # where Hypothesis 6.132 and later harvest local constants
+    from hypothesis.internal.conjecture import providers as _providers
+except ImportError:  # an older Hypothesis, which harvests none
+    _providers = None
 
 CPU_SCALE = 0.5
 
@@ -118,12 +122,15 @@ def without_local_constants() -> None:
 
     Hypothesis has no setting for it: its provider looks the pool up through this module
     function at each test case, so an empty pool in its place turns the harvest off, and the
-    cache of permitted constants built from the old pool is cleared."""
+    cache of permitted constants built from the old pool is cleared. A Hypothesis before 6.132
+    harvests nothing: there is nothing to turn off."""
+    if _NO_CONSTANTS is None:
+        return
     _providers._get_local_constants = _no_constants
     _providers.CONSTANTS_CACHE.cache.clear()
 
 
-_NO_CONSTANTS = _providers.Constants()
+_NO_CONSTANTS = _providers.Constants() if hasattr(_providers, "_get_local_constants") else None
 
 
 def _no_constants():

@@ -154,3 +154,57 @@ def test_workflows_pin_every_action_to_a_commit(name):
     for action, comment in uses:
         assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", action), action
         assert re.fullmatch(r" # v\d+(\.\d+)*", comment), (action, comment)
+
+
+def test_mutation_jobs_are_informational_while_their_triage_is_missing_or_stale():
+    """A mutation job fails when its survivors disagree with their triage, which is missing for
+    some sessions and stale for the others (triaged before canary/ last changed): until the
+    triage is redone, the jobs are informational (continue-on-error), with the reason in the
+    workflow naming each session without a triage file. The other nightly jobs still gate."""
+    text = (WORKFLOWS / "nightly.yml").read_text()
+    jobs = workflow("nightly.yml")["jobs"]
+    assert jobs["mutation"].get("continue-on-error") is True
+    assert all("continue-on-error" not in jobs[name] for name in ("gate", "upstream"))
+    survivors = ROOT / "strength" / "mutation" / "survivors"
+    untriaged = [
+        p.stem
+        for p in sorted((ROOT / "strength" / "mutation").glob("*.toml"))
+        if not (survivors / f"{p.stem}.json").exists()
+    ]
+    reason = text[: text.index("continue-on-error: true")].rsplit("mutation:", 1)[1]
+    assert "informational" in reason.lower() and "stale" in reason
+    for session in untriaged:
+        assert session in reason, f"nightly.yml: the reason does not name {session}"
+
+
+def declared_minimums() -> dict[str, str]:
+    text = (ROOT / "pyproject.toml").read_text()
+    block = text[text.index("dependencies = [") : text.index("]", text.index("dependencies = ["))]
+    return dict(re.findall(r'"([a-z]+)>=([\d.]+)"', block))
+
+
+def test_the_oldest_leg_pins_the_declared_minimums():
+    """tox -e oldest pins Triton, numpy, Hypothesis and pytest at the minimums pyproject.toml
+    declares, and the README names the same range."""
+    tox = (ROOT / "tox.ini").read_text()
+    leg = tox[tox.index("[testenv:oldest]") :].split("\n[", 1)[0]
+    pins = dict(re.findall(r"^\s+([a-z]+)==([\d.]+)$", leg, re.M))
+    minimums = declared_minimums()
+    for name in ("triton", "numpy", "hypothesis", "pytest"):
+        assert pins.get(name, "").startswith(minimums[name]), (name, pins.get(name), minimums)
+    readme = (ROOT / "README.md").read_text()
+    for name, version in pins.items():
+        assert f"{version}" in readme, f"README: the oldest leg's {name} {version} is not named"
+
+
+def test_ci_runs_the_oldest_leg():
+    """ci.yml runs tox -e oldest, on the oldest Python the project declares."""
+    job = workflow("ci.yml")["jobs"]["oldest"]
+    assert re.search(r"tox -e oldest", steps_text(job))
+    declared = re.search(r'requires-python = ">=([\d.]+)"', (ROOT / "pyproject.toml").read_text())
+    versions = [
+        step["with"]["python-version"]
+        for step in job["steps"]
+        if "with" in step and "python-version" in step["with"]
+    ]
+    assert versions == [declared[1]]
