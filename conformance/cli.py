@@ -9,8 +9,12 @@ whole suite (``--pyargs conformance``); a selection is given as pytest takes it 
 
 from __future__ import annotations
 
+import argparse
+import importlib.metadata
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 #: (option, its environment variable, what it does): what --help lists.
 OPTIONS = (
@@ -22,14 +26,6 @@ OPTIONS = (
     ("--canary-no-shrink", "", "report each failing property's first example, unshrunk"),
     ("--hypothesis-profile P", "HYPOTHESIS_PROFILE", "dev, ci (default when CI is set), nightly"),
 )  # fmt: skip
-
-#: Options of pytest and of the suite that take a value as the next argument.
-_TAKES_VALUE = {
-    "--canary-impl", "--canary-device", "--canary-level", "--canary-expect", "--canary-report",
-    "--hypothesis-profile", "--hypothesis-seed", "-k", "-m", "-p", "-n", "-o", "-c", "-W",
-    "--maxfail", "--rootdir", "--durations", "--junitxml", "--basetemp", "--dist", "--tb",
-    "--override-ini", "--confcutdir", "--deselect", "--ignore",
-}  # fmt: skip
 
 
 def usage() -> str:
@@ -52,34 +48,191 @@ def usage() -> str:
     return "\n".join(lines)
 
 
-def has_selection(args: Sequence[str]) -> bool:
-    """Whether ``args`` name tests to run (an argument that is no option and no option's value)."""
-    expects_value = False
-    for arg in args:
-        if expects_value:
-            expects_value = False
-            continue
+PROG = "kv-canary-conformance"
+SUITE_DIR = Path(__file__).resolve().parent
+
+
+def prog() -> str:
+    """The command's name as it was run: ``python -m conformance`` or the console script."""
+    return "python -m conformance" if Path(sys.argv[0]).name == "__main__.py" else PROG
+
+
+def _parser(args: Sequence[str]):
+    """pytest's parser of the command line, with the plugins a run with ``args`` loads: the
+    suite's, those given with ``-p``, those installed and those of ``PYTEST_PLUGINS``."""
+    from _pytest.config import get_config
+
+    config = get_config(list(args))
+    manager = config.pluginmanager
+    manager.consider_preparse(list(args), exclude_only=False)
+    if not os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        manager.load_setuptools_entrypoints("pytest11")
+    manager.consider_env()
+    manager.import_plugin("conformance.plugin")
+    parser = config._parser
+    if getattr(parser, "optparser", None) is not None:  # pytest 9: argparse's own prog
+        parser.optparser.prog = prog()
+    else:
+        parser.prog = prog()
+    return parser
+
+
+def _read(parser, args: Sequence[str]) -> argparse.Namespace:
+    import pytest
+
+    namespace, unknown = parser.parse_known_and_unknown_args(list(args))
+    if unknown:
+        raise pytest.UsageError(f"{prog()}: error: unrecognized arguments: {' '.join(unknown)}")
+    return namespace
+
+
+def parse(args: Sequence[str]) -> argparse.Namespace:
+    """``args`` as pytest reads them: the options, their values and the test selections
+    (``file_or_dir``). An unknown option, or one without its value, is a
+    :class:`pytest.UsageError`, as in pytest."""
+    return _read(_parser(args), args)
+
+
+_PROBE = "kv-canary-conformance-probe"
+
+
+def selection_positions(args: Sequence[str]) -> list[int]:
+    """Where in ``args`` the test selections are: the arguments that pytest's parser reads as
+    neither an option nor an option's value (each is put to the parser in turn)."""
+    import pytest
+
+    parser = _parser(args)
+    _read(parser, args)
+    positions = []
+    for index, arg in enumerate(args):
         if arg.startswith("-"):
-            expects_value = arg in _TAKES_VALUE
             continue
-        return True
-    return False
+        probe = [*args[:index], _PROBE, *args[index + 1 :]]
+        try:
+            namespace = _read(parser, probe)
+        except pytest.UsageError:  # the probe is no valid value: args[index] is one
+            continue
+        if _PROBE in (getattr(namespace, "file_or_dir", None) or []):
+            positions.append(index)
+    return positions
+
+
+def has_selection(args: Sequence[str]) -> bool:
+    """Whether ``args`` name tests to run."""
+    return bool(selection_positions(args))
+
+
+def suite_selection(arg: str, cwd: Path | None = None) -> str:
+    """``arg`` as the run passes it to pytest (under ``--pyargs``), when it names tests of the
+    suite: a module (``conformance.test_plans``), a test in one (``...::test_x[id]``), the suite
+    (``conformance``), or a path in the suite's folder, also as the reports print it
+    (``conformance/test_plans.py::test_x``, from any folder). Else a usage error."""
+    import importlib.util
+
+    import pytest
+
+    cwd = cwd or Path.cwd()
+    base = arg.partition("[")[0].split("::")[0]
+    found: Path | None = None
+    if base and all(part.isidentifier() for part in base.split(".")):
+        if base == "conformance" or base.startswith("conformance."):
+            try:
+                spec = importlib.util.find_spec(base)
+            except (ImportError, ValueError):
+                spec = None
+            if spec is not None and spec.origin:
+                found = Path(spec.origin).resolve()
+                found = found.parent if found.name == "__init__.py" else found
+    else:
+        path = Path(base)
+        if not (cwd / path).exists() and path.parts[:1] == ("conformance",):
+            # the suite's own id, from a folder that has no conformance/ of its own
+            arg = str(SUITE_DIR.joinpath(*path.parts[1:])) + arg[len(base) :]
+            path = SUITE_DIR.joinpath(*path.parts[1:])
+        path = (cwd / path).resolve()
+        if path.exists():
+            found = path
+    if found is None or not (found == SUITE_DIR or found.parent == SUITE_DIR):
+        raise pytest.UsageError(
+            f"{arg!r} is not a test of the suite ({SUITE_DIR}): the command runs the suite's tests "
+            "only; select them as conformance.test_plans, conformance.test_plans::test_x or "
+            "conformance/test_plans.py::test_x, or with -k"
+        )
+    return arg
 
 
 def pytest_args(args: Sequence[str]) -> list[str]:
-    """The arguments of the pytest run that ``kv-canary-conformance args`` makes."""
-    selection = [] if has_selection(args) else ["conformance"]
-    return ["-p", "conformance.plugin", "--pyargs", *args, *selection]
+    """The arguments of the pytest run that ``kv-canary-conformance args`` makes: the suite's
+    plugin, ``--pyargs``, each selection as :func:`suite_selection` gives it, and the suite
+    itself when nothing is selected.
+
+    The suite's folder's parent is the run's rootdir, so that its tests have the ids they have in
+    a checkout (``conformance/test_x.py::...``) wherever the suite is installed; pytest's cache
+    stays in the current folder. The plugins this command read the arguments with were imported
+    before pytest could rewrite their asserts; pytest's warning saying so is left out.
+    """
+    out = list(args)
+    positions = selection_positions(args)
+    for index in positions:
+        out[index] = suite_selection(args[index])
+    suite = [] if positions else ["conformance"]
+    given = " ".join(args)
+    setup = ["-p", "conformance.plugin", "--pyargs", "--canary-suite-only"]
+    setup += ["-W", "ignore::pytest.PytestAssertRewriteWarning"]
+    if "--rootdir" not in given:
+        setup.append(f"--rootdir={SUITE_DIR.parent}")
+        if "no:cacheprovider" not in given and "cache_dir" not in given:
+            setup += ["-o", f"cache_dir={Path.cwd() / '.pytest_cache'}"]
+    return [*setup, *out, *suite]
+
+
+def version() -> str:
+    """``--version``: the suite's version, with the pytest and Hypothesis it runs on."""
+    import pytest
+
+    try:
+        own = importlib.metadata.version(PROG)
+    except importlib.metadata.PackageNotFoundError:
+        own = f"(not installed; from {SUITE_DIR.parent})"
+    try:
+        hypothesis = importlib.metadata.version("hypothesis")
+    except importlib.metadata.PackageNotFoundError:
+        hypothesis = "not installed"
+    return f"{PROG} {own} (pytest {pytest.__version__}, hypothesis {hypothesis})"
+
+
+def _say(text: str) -> None:
+    """Print ``text``; a reader that stopped early (``| head``) is no error."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # what is left of the output goes nowhere, also when Python flushes stdout at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if "-h" in args or "--help" in args:
-        print(usage())
-        return 0
     import pytest
 
-    return int(pytest.main(pytest_args(args)))
+    try:
+        namespace = parse(args)
+        if namespace.help:
+            _say(usage())
+            return 0
+        if namespace.version:
+            _say(version())
+            return 0
+        run_args = pytest_args(args)
+    except pytest.UsageError as error:
+        for message in error.args:
+            print(f"ERROR: {message}", file=sys.stderr)  # as pytest prints its usage errors
+        return int(pytest.ExitCode.USAGE_ERROR)
+    # An implementation named as a module of the current folder is found as under python -m,
+    # which puts the folder first on sys.path; a console script's sys.path has its own folder
+    # instead. Last here, so that the folder's modules never hide the suite's own.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
+    return int(pytest.main(run_args))
 
 
 if __name__ == "__main__":

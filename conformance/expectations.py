@@ -31,7 +31,6 @@ under test that the suite must know before it collects:
 from __future__ import annotations
 
 import builtins
-import os
 import re
 from dataclasses import dataclass, field
 
@@ -39,6 +38,7 @@ import pytest
 from hypothesis import settings
 
 from conformance import profiles
+from conformance.plugin import named, setting
 from conformance.report import suite_id
 
 KNOWN_CAPABILITIES = ("source_ndim_max",)
@@ -67,7 +67,12 @@ def _compile(pattern: str) -> re.Pattern:
 
 def parse(text: str, *, source: str = "<expectations>") -> list[Entry]:
     """The entries of an expectations file; :class:`ExpectationsError` names a bad line."""
-    entries = []
+    entries: list[Entry] = []
+    if text.startswith("\ufeff"):
+        raise ExpectationsError(
+            f"{source}:1: the file starts with a UTF-8 byte-order mark, which would hide its "
+            "first entry; save it as UTF-8 without one"
+        )
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -94,20 +99,32 @@ def parse(text: str, *, source: str = "<expectations>") -> list[Entry]:
                 f"{where}: {pattern!r} would hide a whole module; name tests inside one "
                 "(a literal module path, '::', then a literal start of the test name)"
             )
+        earlier = next((entry for entry in entries if entry.pattern == pattern), None)
+        if earlier is not None:  # the first would take its tests: it would match nothing
+            raise ExpectationsError(
+                f"{where}: {pattern!r} is listed twice, also on line {earlier.line}; keep one"
+            )
         entries.append(Entry(pattern, reason, number, _compile(pattern), raises))
     return entries
 
 
-def load(path: str) -> list[Entry]:
+def load(path: str, where: str | None = None) -> list[Entry]:
+    """The entries of the expectations file at ``path``; a file that cannot be read, is not
+    UTF-8 or is malformed is a usage error naming ``where`` it came from (the flag by default)."""
+    where = where or f"--canary-expect {path!r}"
     try:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
     except OSError as error:
-        raise pytest.UsageError(f"--canary-expect {path!r}: {error}") from error
+        raise pytest.UsageError(f"{where}: {error}") from error
+    except UnicodeDecodeError as error:
+        raise pytest.UsageError(
+            f"{where}: not UTF-8 (byte {error.start}: {error.reason}); save it as UTF-8"
+        ) from error
     try:
         return parse(text, source=path)
     except ExpectationsError as error:
-        raise pytest.UsageError(f"--canary-expect: {error}") from error
+        raise pytest.UsageError(f"{where}: {error}") from error
 
 
 def capabilities(module) -> dict:
@@ -144,9 +161,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
-    path = config.getoption("--canary-expect", default=None) or os.environ.get("CANARY_EXPECT")
-    config._canary_expectations = (path, load(path)) if path else (None, [])
+    path, source = setting(config, "--canary-expect", "CANARY_EXPECT")
+    config._canary_expectations = (path, load(path, named(source, path))) if path else (None, [])
     selection = getattr(config, "_canary_selection", None)
+    if selection is not None:
+        selection.expect_arg = path  # the rerun line names the file: it shaped the examples
     if path and selection is not None and not settings.default.derandomize:
         # a random draw could miss a listed failure, and a strict xfail would then fail the run
         fixed = f"{selection.profile}-derandomized"

@@ -16,15 +16,18 @@ import importlib
 import importlib.metadata
 import os
 import platform
+import re
 import sys
+import traceback
 import types
+from argparse import SUPPRESS
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 from . import levels, profiles
-from .report import Recorder, in_suite
+from .report import Recorder, check_writable, in_suite
 
 if TYPE_CHECKING:
     import torch
@@ -86,20 +89,53 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="canary_no_shrink",
         help="report each property's first failing example as found, without shrinking it",
     )
+    # given by the suite's command (conformance/cli.py): a test outside the suite is refused
+    group.addoption("--canary-suite-only", action="store_true", default=False, help=SUPPRESS)
+
+
+def named(source: str, value: object) -> str:
+    """How an error names a value by where it came from: ``--canary-impl 'x'``, ``CANARY_IMPL='x'``."""
+    return f"{source} {value!r}" if source.startswith("-") else f"{source}={value!r}"
+
+
+def setting(config: pytest.Config, option: str, variable: str | None) -> tuple[str | None, str]:
+    """A run setting as given, and where from: the flag, else the variable; (None, flag) when
+    neither is set. An empty value (what an unset shell variable gives) is a usage error naming
+    its source: it never falls back to the default."""
+    value = config.getoption(option, default=None)
+    source = option
+    if value is None and variable:
+        value = os.environ.get(variable)
+        source = variable if value is not None else option
+    if value is not None and not value.strip():
+        raise pytest.UsageError(
+            f"{source} is empty"
+            + ("" if source.startswith("-") else " (set, but to nothing)")
+            + f"; give a value, or leave {'the option' if source.startswith('-') else 'it unset'} "
+            "out for the default"
+        )
+    return value, source
 
 
 def _looks_like_path(spec: str) -> bool:
     return spec.endswith(".py") or os.sep in spec or "/" in spec or Path(spec).is_dir()
 
 
-def import_target(spec: str) -> tuple[str, str | None]:
+def import_target(spec: str, source: str = "--canary-impl") -> tuple[str, str | None]:
     """What ``--canary-impl spec`` imports: (dotted module name, folder to put on sys.path).
 
     ``spec`` is a dotted name (``my_engine.kv_canary``: imported as is, the folder is None), a
     ``.py`` file (``path/to/mykv.py``: module ``mykv`` from ``path/to``) or a package directory
-    (``path/to/mykv``, holding ``__init__.py``: package ``mykv`` from ``path/to``).
+    (``path/to/mykv``, holding ``__init__.py``: package ``mykv`` from ``path/to``). ``source``
+    is where ``spec`` came from (the flag or ``CANARY_IMPL``), for the errors.
     """
+    where = named(source, spec)
     if not _looks_like_path(spec):
+        if not all(part.isidentifier() for part in spec.split(".")):
+            raise pytest.UsageError(
+                f"{where}: not a dotted module name (my_engine.kv_canary), a .py file or a "
+                "package directory"
+            )
         return spec, None
     path = Path(spec).expanduser().resolve()
     if path.is_file() and path.suffix == ".py":
@@ -107,18 +143,27 @@ def import_target(spec: str) -> tuple[str, str | None]:
     if path.is_dir() and (path / "__init__.py").is_file():
         return path.name, str(path.parent)
     if path.is_dir():
-        raise pytest.UsageError(
-            f"--canary-impl {spec!r}: a directory must be a package (hold an __init__.py)"
-        )
+        raise pytest.UsageError(f"{where}: a directory must be a package (hold an __init__.py)")
     raise pytest.UsageError(
-        f"--canary-impl {spec!r}: no such .py file or package directory; give a dotted module "
+        f"{where}: no such .py file or package directory; give a dotted module "
         "name (importable from sys.path), a path to a .py file or a path to a package directory"
     )
 
 
-def _load(spec: str) -> tuple[types.ModuleType, str, str | None]:
+def one_line(error: BaseException) -> str:
+    """``Type: message`` of an error in one line, with where it was raised (``file:line``)."""
+    text = " ".join(str(error).split())
+    if isinstance(error, SyntaxError):  # its message already names the file and the line
+        return f"{type(error).__name__}: {text}"
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(error).__name__}: {text}{where}"
+
+
+def _load(spec: str, source: str = "--canary-impl") -> tuple[types.ModuleType, str, str | None]:
     """Import the implementation named by ``spec``: (module, its dotted name, its folder)."""
-    module_name, folder = import_target(spec)
+    where = named(source, spec)
+    module_name, folder = import_target(spec, source)
     if folder is not None and folder not in sys.path:
         sys.path.insert(0, folder)
     try:
@@ -131,14 +176,18 @@ def _load(spec: str) -> tuple[types.ModuleType, str, str | None]:
             "(path/to/mykv.py, path/to/mykv) or found through PYTHONPATH"
         )
         raise pytest.UsageError(
-            f"--canary-impl {spec!r}: cannot import {module_name!r} ({error}){hint}"
+            f"{where}: cannot import {module_name!r} ({' '.join(str(error).split())}){hint}"
+        ) from error
+    except Exception as error:  # a syntax error, or whatever the module raises when imported
+        raise pytest.UsageError(
+            f"{where}: importing {module_name!r} raised {one_line(error)}"
         ) from error
     if folder is not None:
         found = Path(getattr(module, "__file__", "") or "").resolve()
         wanted = Path(spec).expanduser().resolve()
         if found != wanted and found.parent != wanted:
             raise pytest.UsageError(
-                f"--canary-impl {spec!r}: the name {module_name!r} is already taken by "
+                f"{where}: the name {module_name!r} is already taken by "
                 f"{found}; rename the file or package"
             )
     _check_names(module, spec)
@@ -181,13 +230,15 @@ def _device(config: pytest.Config):
 
     from .support import normalize_device
 
-    name = device_name(config.getoption("--canary-device"))
+    given, source = setting(config, "--canary-device", "CANARY_DEVICE")
+    name = device_name(given)
+    where = named(source, name) if given else f"the default device {name!r}"
     try:
         device = torch.device(name)
     except RuntimeError as error:
-        raise pytest.UsageError(f"--canary-device {name!r}: {error}") from error
+        raise pytest.UsageError(f"{where}: {error}") from error
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise pytest.UsageError(f"--canary-device {name!r}: torch sees no CUDA/ROCm device")
+        raise pytest.UsageError(f"{where}: torch sees no CUDA/ROCm device")
     # One GPU per pytest-xdist worker (gw<i> takes cuda:<i % count>) unless an index was
     # given. Triton launches on the current device, so the worker's GPU is made current.
     worker = getattr(config, "workerinput", {}).get("workerid", "")  # "gw0", "gw1", ...
@@ -204,8 +255,103 @@ def _device(config: pytest.Config):
     return normalize_device(device)
 
 
+def _device_where(config: pytest.Config) -> str:
+    given, source = setting(config, "--canary-device", "CANARY_DEVICE")
+    return named(source, given) if given else f"the default device {device_name(None)!r}"
+
+
+def check_device(device, where: str) -> None:
+    """That the suite's tensors can live on ``device``: a tensor put there reads back. Else a
+    usage error (``meta`` holds no data; ``xla`` or ``mps`` without one cannot hold any), rather
+    than a run in which every test fails as if the implementation were wrong."""
+    import torch
+
+    if device.type == "meta":
+        raise pytest.UsageError(f"{where}: a meta tensor holds no data; the suite compares data")
+    try:
+        readable = torch.arange(4, device=device).cpu().tolist() == [0, 1, 2, 3]
+    except Exception as error:
+        raise pytest.UsageError(
+            f"{where}: torch cannot hold a tensor there ({one_line(error)})"
+        ) from error
+    if not readable:
+        raise pytest.UsageError(f"{where}: a tensor put there does not read back")
+
+
+def _release(version: str) -> tuple[int, int]:
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return (int(match[1]), int(match[2])) if match else (0, 0)
+
+
+def interpreter_problem(triton_version: str | None, numpy_version: str) -> str | None:
+    """Why Triton's interpreter cannot run with these versions, or None. Triton before 3.7 with
+    numpy 2.4 or later fails every interpreted launch (``InterpreterError: TypeError('only
+    0-dimensional arrays can be converted to Python scalars')``): measured with Triton 3.6 and
+    numpy 2.4; Triton 3.6 with numpy 2.3.5 and Triton 3.7.1 with numpy 2.4 pass."""
+    if triton_version is None:
+        return None
+    if _release(triton_version) < (3, 7) and _release(numpy_version) >= (2, 4):
+        return (
+            f"triton {triton_version} with numpy {numpy_version} cannot run Triton's "
+            "interpreter, which runs the launches on CPU tensors (every interpreted launch "
+            "fails, as if the implementation were wrong): install numpy<2.4, or triton>=3.7 "
+            "with the torch it goes with"
+        )
+    return None
+
+
+def check_environment(device) -> None:
+    """On the CPU, with an implementation that brought in Triton, that Triton's interpreter can
+    run: a broken environment stops the run before its first test, in one line."""
+    triton = sys.modules.get("triton")
+    if device.type != "cpu" or triton is None:
+        return
+    import numpy
+
+    problem = interpreter_problem(getattr(triton, "__version__", None), numpy.__version__)
+    if problem:
+        raise pytest.UsageError(problem)
+
+
 def _selection(config: pytest.Config) -> Selection | None:
     return getattr(config, "_canary_selection", None)
+
+
+#: The profiles the suite loads for one given: ``ci`` on the CPU is ``ci-cpu``, and so on.
+_DERIVED_PROFILE = re.compile(r"(dev|ci|nightly|mutation)(-cpu|-no-shrink|-derandomized)+")
+
+
+def profile_given(config: pytest.Config) -> str:
+    """The Hypothesis profile this run was given (``--hypothesis-profile``, else
+    ``$HYPOTHESIS_PROFILE``, else ``ci`` when ``CI`` is set, else ``dev``); an unknown one, or
+    a name the suite derives from one (``ci-cpu``), is a usage error naming where it came from."""
+    from hypothesis import settings
+    from hypothesis.errors import InvalidArgument
+
+    value, source = setting(config, "--hypothesis-profile", "HYPOTHESIS_PROFILE")
+    if value is None:
+        return "ci" if os.environ.get("CI") else "dev"
+    where = named(source, value)
+    base = _DERIVED_PROFILE.fullmatch(value)
+    if base:
+        raise pytest.UsageError(
+            f"{where}: the suite derives that name from the profile {base[1]!r} (on the CPU, "
+            f"without shrinking or with an expectations file); give {base[1]!r}"
+        )
+    try:
+        settings.get_profile(value)
+    except InvalidArgument as error:
+        raise pytest.UsageError(
+            f"{where}: no such Hypothesis profile; the suite's are dev, ci, nightly (and "
+            "mutation: ci without shrinking)"
+        ) from error
+    return value
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """The profile is checked before Hypothesis' own plugin loads it (a traceback otherwise)."""
+    profile_given(config)
 
 
 # Last: Hypothesis' own plugin loads ``--hypothesis-profile NAME`` as given in its
@@ -222,28 +368,40 @@ def pytest_configure(config: pytest.Config) -> None:
     # so does a warning of Hypothesis about the suite's own strategies
     for warning in ("RuntimeWarning", "hypothesis.errors.HypothesisWarning"):
         config.addinivalue_line("filterwarnings", f"error::{warning}")
-    spec = config.getoption("--canary-impl") or os.environ.get("CANARY_IMPL") or "canary"
+    # every input is checked here, before the first test: what a run cannot use is a usage
+    # error that names the flag or variable it came from
+    given, source = setting(config, "--canary-impl", "CANARY_IMPL")
+    spec = given or "canary"
+    profile = profile_given(config)
+    level = _level(config)
+    report, _ = setting(config, "--canary-report", None)
+    if not hasattr(config, "workerinput"):  # the controller writes the reports
+        if report is not None:
+            check_writable(report, named("--canary-report", report))
+        step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if step_summary:
+            check_writable(step_summary, named("GITHUB_STEP_SUMMARY", step_summary))
     device = _device(config)
-    module, module_name, folder = _load(spec)
+    check_device(device, _device_where(config))
+    module, module_name, folder = _load(spec, source if given else "--canary-impl")
+    check_environment(device)
     from . import support
 
     support.IMPL_FOLDER = folder
-    profile = config.getoption("--hypothesis-profile", default=None) or os.environ.get(
-        "HYPOTHESIS_PROFILE"
-    )
-    if not profile:
-        profile = "ci" if os.environ.get("CI") else "dev"
     profiles.ON_CPU = device.type == "cpu"
     no_shrink = bool(config.getoption("canary_no_shrink", default=False))
     loaded = profiles.select(profile, on_cpu=profiles.ON_CPU, shrink=not no_shrink)
     selection = Selection(
-        level=_level(config),
+        level=level,
         module=module,
         module_name=module_name,
         module_folder=folder,
         impl_arg=spec,
         device=device,
         profile=loaded,
+        profile_arg=profile,
+        expect_arg=None,  # set by conformance.expectations
+        seed=config.getoption("--hypothesis-seed", default=None),
         shrink_seconds=0 if no_shrink else profiles.shrink_seconds(loaded),
         write_verify=all(hasattr(module, name) for name in WRITE_VERIFY_NAMES),
         plan=all(hasattr(module, name) for name in PLAN_NAMES + WRITE_VERIFY_NAMES),
@@ -252,9 +410,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(
         Recorder(
             config,
-            config.getoption("--canary-report"),
+            report,
             lambda: describe_environment(selection),
-            rerun_options=rerun_options_of(selection),
+            rerun_options=lambda: rerun_options_of(selection),
         ),
         "canary-report",
     )
@@ -262,13 +420,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _level(config: pytest.Config) -> str:
     """The conformance level of this run: ``--canary-level``, else ``$CANARY_LEVEL``, else full."""
-    given = config.getoption("--canary-level", default=None)
-    if given:
-        return given
-    level = os.environ.get("CANARY_LEVEL") or levels.FULL
+    level, source = setting(config, "--canary-level", "CANARY_LEVEL")
+    if level is None:
+        return levels.FULL
     if level not in levels.LEVELS_ORDER:
         raise pytest.UsageError(
-            f"CANARY_LEVEL={level!r}: the levels are {', '.join(levels.LEVELS_ORDER)}"
+            f"{named(source, level)}: the levels are {', '.join(levels.LEVELS_ORDER)}"
         )
     return level
 
@@ -287,19 +444,25 @@ def item_level(item: pytest.Item) -> str:
 
 
 def rerun_options_of(selection: Selection) -> str:
-    """The options that rerun one test of this run on the same implementation and device."""
+    """The options that rerun one test of this run as it ran: on the same implementation and
+    device, with the profile it was given, and the expectations file, seed, level and shrinking
+    that shaped its examples (a variable of the shell the rerun runs in changes none of them)."""
     import shlex
 
-    options = (
-        f"--canary-impl {shlex.quote(selection.impl_arg)} "
-        f"--canary-device {shlex.quote(str(selection.device))} "
-        f"--hypothesis-profile {selection.profile.removesuffix('-no-shrink').removesuffix('-cpu')}"
-    )
+    options = [
+        f"--canary-impl {shlex.quote(selection.impl_arg)}",
+        f"--canary-device {shlex.quote(str(selection.device))}",
+        f"--hypothesis-profile {shlex.quote(selection.profile_arg)}",
+    ]
+    if selection.expect_arg:
+        options.append(f"--canary-expect {shlex.quote(selection.expect_arg)}")
+    if selection.seed is not None:
+        options.append(f"--hypothesis-seed {shlex.quote(str(selection.seed))}")
     if selection.shrink_seconds == 0:
-        options += " --canary-no-shrink"
-    if selection.level != levels.FULL:
-        options += f" --canary-level {selection.level}"
-    return options
+        options.append("--canary-no-shrink")
+    if selection.level != levels.FULL or os.environ.get("CANARY_LEVEL"):
+        options.append(f"--canary-level {selection.level}")
+    return " ".join(options)
 
 
 def _version(module: types.ModuleType) -> str:
@@ -411,6 +574,7 @@ MODULE_ORDER = (
     "test_argument_kinds.py",
     "test_plans.py",
     "test_plan_refusals.py",
+    "test_golden_plan.py",
     "test_fingerprint.py",
     "test_write_verify.py",
     "test_scatter.py",
@@ -426,6 +590,13 @@ def _module_rank(item: pytest.Item) -> int:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("canary_suite_only", default=False):
+        outside = [item.nodeid for item in items if not in_suite(item)]
+        if outside:  # the suite's command runs the suite: never another test, never green
+            raise pytest.UsageError(
+                f"{len(outside)} collected tests are not the suite's ({', '.join(outside[:3])}"
+                f"{', ...' if len(outside) > 3 else ''}); the command runs the suite's tests only"
+            )
     selection = _selection(config)
     if selection is None:
         return

@@ -106,16 +106,53 @@ def suite_id(item: pytest.Item) -> str:
     return item.nodeid
 
 
+def check_writable(path: str, where: str) -> None:
+    """That a report can be written at ``path``, checked before the run (a file is made and
+    removed again if there was none): else a usage error naming ``where`` it came from."""
+    target = Path(path)
+    if target.is_dir():
+        raise pytest.UsageError(f"{where}: is a directory; give the path of a file")
+    if not target.parent.is_dir():
+        raise pytest.UsageError(f"{where}: its folder {str(target.parent)!r} does not exist")
+    existed = target.exists()
+    try:
+        with open(target, "a", encoding="utf-8"):
+            pass
+    except OSError as error:
+        raise pytest.UsageError(
+            f"{where}: cannot write there ({error.strerror or error})"
+        ) from error
+    if not existed:
+        target.unlink(missing_ok=True)
+
+
+def rerun_command(test_id: str, options: str = "") -> str:
+    """The command that reruns the suite's test ``test_id`` (``conformance/test_x.py::...``)
+    alone, from any folder: by module name, with the suite's plugin."""
+    module, _, rest = test_id.partition("::")
+    target = module.removesuffix(".py").replace("/", ".") + "::" + rest
+    command = (
+        f"{shlex.quote(sys.executable)} -m pytest -p conformance.plugin --pyargs "
+        f"{shlex.quote(target)}"
+    )
+    return f"{command} {options}" if options else command
+
+
+#: A property's outcome is that of its worst case, in this order.
+OUTCOME_ORDER = ("failed", "error", "xpassed", "xfailed", "passed", "skipped")
+
+
 class Recorder:
     """A pytest plugin object collecting one record per test item."""
 
     def __init__(
-        self, config: pytest.Config, path: str | None, environment, rerun_options: str = ""
+        self, config: pytest.Config, path: str | None, environment, rerun_options=lambda: ""
     ) -> None:
         self.config = config
         self.path = path
         self.environment = environment  # called at the end: it may import torch
-        self.rerun_options = rerun_options  # e.g. "--canary-impl X --canary-device cpu"
+        # called when a failure is announced, e.g. "--canary-impl X --canary-device cpu"
+        self.rerun_options = rerun_options
         self.items: dict[str, dict] = {}
         self.started = datetime.datetime.now(datetime.timezone.utc)
         self.clock = time.monotonic()
@@ -144,10 +181,18 @@ class Recorder:
                 record["property"] = value
             elif key == "canary_examples":
                 record["examples"] = value
-        if report.skipped:
+        expected = getattr(report, "wasxfail", None)
+        if expected is not None and report.skipped:  # a listed failure
+            record["outcome"] = "xfailed"
+            record["xfail_reason"] = expected
+        elif expected is not None and report.passed and report.when == "call":
+            record["outcome"] = "xpassed"
+            record["xfail_reason"] = expected
+        elif report.skipped:
             record["outcome"] = "skipped"
             longrepr = report.longrepr
-            record["skip_reason"] = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+            reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+            record["skip_reason"] = reason.removeprefix("Skipped: ")
         elif report.failed:
             record["outcome"] = "failed" if report.when == "call" else "error"
             record["failing_example"] = failing_example(report.longreprtext)
@@ -163,13 +208,12 @@ class Recorder:
         ):
             return
         what = "FAILED" if report.when == "call" else f"ERROR in {report.when}"
-        rerun = f"{shlex.quote(sys.executable)} -m pytest {shlex.quote(report.nodeid)}"
-        if self.rerun_options:
-            rerun += " " + self.rerun_options
+        test_id = getattr(report, "canary_id", report.nodeid)
+        rerun = rerun_command(test_id, self.rerun_options())
         if getattr(terminal, "_width_of_current_line", 1):  # after progress dots
             terminal.write_line("")
         terminal.write_line(
-            f"kv-canary: {what} {report.nodeid} "
+            f"kv-canary: {what} {test_id} "
             f"({time.monotonic() - self.clock:.0f} s into the run, {report.duration:.1f} s in it)",
             red=True,
             bold=True,
@@ -184,7 +228,7 @@ class Recorder:
     def grouped(self) -> list[dict]:
         """Records folded per test function (parametrizations together)."""
         groups: dict[str, dict] = {}
-        order = {"failed": 0, "error": 1, "passed": 2, "skipped": 3}
+        order = {outcome: rank for rank, outcome in enumerate(OUTCOME_ORDER)}
         for record in self.items.values():
             name = record["id"].split("[", 1)[0]
             group = groups.setdefault(
@@ -197,6 +241,7 @@ class Recorder:
                     "examples": 0,
                     "duration_s": 0.0,
                     "skip_reasons": set(),
+                    "xfail_reasons": set(),
                 },
             )
             group["count"] += 1
@@ -205,6 +250,8 @@ class Recorder:
             group["duration_s"] += record["duration_s"]
             if record.get("skip_reason"):
                 group["skip_reasons"].add(record["skip_reason"])
+            if record.get("xfail_reason"):
+                group["xfail_reasons"].add(record["xfail_reason"])
         for group in groups.values():
             present = [o for o in order if group["outcomes"].get(o)]
             group["outcome"] = min(present, key=order.get) if present else "not run"
@@ -239,6 +286,8 @@ class Recorder:
             )
             for reason in sorted(g["skip_reasons"]):
                 write(f"{'':<{width}}    skipped: {reason}")
+            for reason in sorted(g["xfail_reasons"]):
+                write(f"{'':<{width}}    expected to fail: {reason}")
         line = self.totals_line(groups)
         write(line)
         if self.path:
@@ -267,7 +316,9 @@ class Recorder:
         for g in groups:
             name = g["name"].split("::")[-1]
             outcome = (
-                g["outcome"] if g["outcome"] in ("passed", "skipped") else f"**{g['outcome']}**"
+                g["outcome"]
+                if g["outcome"] in ("passed", "skipped", "xfailed")
+                else f"**{g['outcome']}**"
             )
             lines.append(
                 f"| `{name}` | {outcome} | {g['count']} | {g['examples'] or '-'} | "
@@ -290,6 +341,7 @@ class Recorder:
                     "outcome": g["outcome"],
                     "examples": g["examples"],
                     "duration_s": round(g["duration_s"], 4),
+                    **({"xfail_reasons": sorted(g["xfail_reasons"])} if g["xfail_reasons"] else {}),
                     "cases": [
                         {k: (round(v, 4) if k == "duration_s" else v) for k, v in r.items()}
                         for r in cases
@@ -303,7 +355,7 @@ class Recorder:
             "environment": self.environment(),
             "summary": {
                 outcome: sum(1 for p in properties if p["outcome"] == outcome)
-                for outcome in ("passed", "failed", "error", "skipped")
+                for outcome in OUTCOME_ORDER
             },
             # tests (not properties) per outcome, as pytest's last line counts them
             "tests": outcome_counts(self.config),

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import subprocess
 import sys
 import textwrap
+import types
+from pathlib import Path
 
 import hypothesis.strategies as st
 import pytest
@@ -12,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis.errors import InvalidArgument
 
 import strategies as st_kv
-from conformance.expectations import ExpectationsError, parse
+from conformance.expectations import ExpectationsError, load, parse
 
 SAMPLE = """
 def test_fails():
@@ -191,3 +196,77 @@ def test_the_limit_is_an_argument_checked_like_the_others():
     layout = st_kv.layout(rows=2, row_shape=(2, 16))
     assert st_kv.fit_source_ndim(layout, None) is layout
     assert st_kv.fit_source_ndim(layout, 2).row_shape == (32,)
+
+
+# --- the report of an expected failure, and the file's own problems --------------------------
+
+
+def test_an_expected_failure_is_xfailed_in_the_table_and_the_json(tmp_path):
+    """A listed failure is ``xfailed`` in the summary table and in the JSON report, with its
+    listed reason and no traceback, and the JSON counts it."""
+    expect = tmp_path / "expect.txt"
+    expect.write_text(
+        "conformance/test_spec_vectors.py::test_spec_fingerprint_vectors[*  # [1] big-endian words\n"
+    )
+    report = tmp_path / "report.json"
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "conformance.plugin"]
+    command += ["--pyargs", "conformance.test_spec_vectors", "--canary-device", "cpu"]
+    command += ["--canary-impl", "strength.known_bad.hash_big_endian_words"]
+    command += ["--canary-expect", str(expect), "--canary-report", str(report)]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run(
+        command, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"^test_spec_fingerprint_vectors +xfailed +5 ", done.stdout, re.M), done.stdout
+    assert "1 passed, 1 xfailed properties" in done.stdout
+    document = json.loads(report.read_text())
+    (prop,) = [p for p in document["properties"] if p["name"].endswith("vectors")]
+    assert prop["outcome"] == "xfailed"
+    assert {case["outcome"] for case in prop["cases"]} == {"xfailed"}
+    assert {case.get("xfail_reason") for case in prop["cases"]} == {"[1] big-endian words"}
+    assert "Traceback" not in json.dumps(prop) and "skip_reason" not in json.dumps(prop)
+    assert document["summary"]["xfailed"] == 1 and document["summary"]["passed"] == 1
+    assert document["tests"] == {"passed": 2, "xfailed": 5}
+
+
+def test_a_skip_reason_is_given_once():
+    """A skipped test's reason is its own text, without pytest's ``Skipped: `` in front."""
+    from conformance.report import Recorder
+
+    recorder = Recorder(types.SimpleNamespace(), None, dict)
+    recorder.pytest_runtest_logreport(
+        types.SimpleNamespace(
+            nodeid="conformance/test_x.py::test_y",
+            duration=0.0,
+            user_properties=[],
+            skipped=True,
+            failed=False,
+            passed=True,
+            when="setup",
+            longrepr=("conformance/test_x.py", 3, "Skipped: no GPU here"),
+        )
+    )
+    assert recorder.items["conformance/test_x.py::test_y"]["skip_reason"] == "no GPU here"
+
+
+def test_an_expectations_file_with_a_byte_order_mark_is_refused(tmp_path):
+    """A UTF-8 byte-order mark would hide the first entry: the file is refused, by name."""
+    path = tmp_path / "expect.txt"
+    path.write_bytes(b"\xef\xbb\xbftest_x.py::test_a  # [1] first\n")
+    with pytest.raises(pytest.UsageError, match="byte-order mark"):
+        load(str(path))
+
+
+def test_a_non_utf8_expectations_file_is_a_usage_error(tmp_path):
+    """An expectations file that is not UTF-8 is a usage error naming it, not a traceback."""
+    path = tmp_path / "expect.txt"
+    path.write_bytes("test_x.py::test_a  # [1] caf\xe9\n".encode("latin-1"))
+    with pytest.raises(pytest.UsageError, match="not UTF-8"):
+        load(str(path))
+
+
+def test_a_duplicate_entry_is_named():
+    """The same test listed twice is named with both lines, not reported as matching nothing."""
+    with pytest.raises(ExpectationsError, match=r"<expectations>:3: .* also on line 1"):
+        parse("test_x.py::test_a  # [1] one\n\ntest_x.py::test_a  # [1] again\n")

@@ -8,6 +8,7 @@ import importlib
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -389,3 +390,197 @@ def test_announcement_headline():
         "- first message",
         "- second message",
     ]
+
+
+# --- every input is checked before the first test ------------------------------------------
+
+
+def usage_error(*args: str, env=None, cwd=ROOT) -> str:
+    """Run the quick module with ``args``; assert a usage error before any test; its stderr."""
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "conformance.plugin"]
+    command += ["--pyargs", "conformance.test_spec_vectors", *args]
+    done = subprocess.run(
+        command,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "CANARY_DEVICE": "cpu", "PYTHONPATH": str(ROOT), **(env or {})},
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 4, out
+    assert "passed" not in done.stdout and "INTERNALERROR" not in out, out
+    assert "Traceback" not in out, out
+    return done.stderr
+
+
+@pytest.mark.parametrize("where", ["missing/report.json", "/proc/x", "."])
+def test_a_report_that_cannot_be_written_stops_the_run_first(tmp_path, where):
+    """--canary-report into a missing folder, where no file can be made, or at a directory is a
+    usage error naming the flag, before any test runs (not a traceback after all of them)."""
+    error = usage_error("--canary-report", where, cwd=tmp_path)
+    assert f"ERROR: --canary-report {where!r}: " in error
+
+
+@pytest.mark.parametrize("where", ["missing/summary.md", "."])
+def test_a_step_summary_that_cannot_be_written_stops_the_run_first(tmp_path, where):
+    """GITHUB_STEP_SUMMARY naming a file that cannot be written is a usage error naming it."""
+    error = usage_error(env={"GITHUB_STEP_SUMMARY": where}, cwd=tmp_path)
+    assert f"ERROR: GITHUB_STEP_SUMMARY={where!r}: " in error
+
+
+@pytest.mark.parametrize(
+    ("source", "raised"),
+    [
+        ("def broken(:\n", "SyntaxError"),
+        ("from canary import *\nraise RuntimeError('no GPU driver here')\n", "RuntimeError"),
+    ],
+)
+def test_an_implementation_that_fails_to_import_is_a_usage_error(tmp_path, source, raised):
+    """An implementation file with a syntax error, or one that raises on import, is a usage
+    error with the error it raised, in one line (no INTERNALERROR, no traceback)."""
+    (tmp_path / "mykv_broken.py").write_text(source)
+    error = usage_error("--canary-impl", str(tmp_path / "mykv_broken.py"))
+    lines = [line for line in error.splitlines() if line.strip()]
+    assert len(lines) == 1, error
+    assert lines[0].startswith("ERROR: --canary-impl ") and f"raised {raised}: " in lines[0]
+
+
+def test_a_name_that_is_no_module_name_is_a_usage_error():
+    """--canary-impl .canary (a relative name) is a usage error, not a TypeError."""
+    error = usage_error("--canary-impl", ".canary")
+    assert "ERROR: --canary-impl '.canary': not a dotted module name" in error
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "named"),
+    [
+        (["--hypothesis-profile", "nope"], {}, "--hypothesis-profile 'nope'"),
+        (["--hypothesis-profile", "ci-cpu"], {}, "--hypothesis-profile 'ci-cpu'"),
+        ([], {"HYPOTHESIS_PROFILE": "nope"}, "HYPOTHESIS_PROFILE='nope'"),
+    ],
+)
+def test_an_unknown_profile_is_a_usage_error(args, env, named):
+    """An unknown profile, also a name the header prints (ci-cpu), is a usage error naming it."""
+    error = usage_error(*args, env=env)
+    assert f"ERROR: {named}: " in error
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "named"),
+    [
+        (["--canary-device", "meta"], {}, "--canary-device 'meta'"),
+        (["--canary-device", "xla"], {}, "--canary-device 'xla'"),
+        (["--canary-device", "mps"], {}, "--canary-device 'mps'"),
+        ([], {"CANARY_DEVICE": "meta"}, "CANARY_DEVICE='meta'"),
+        ([], {"CANARY_DEVICE": "nonsense"}, "CANARY_DEVICE='nonsense'"),
+    ],
+)
+def test_a_device_that_cannot_run_the_suite_is_refused(args, env, named):
+    """A device torch cannot hold the suite's tensors on (meta, xla, mps without one) is a usage
+    error naming the flag or the variable, not a run in which every test fails."""
+    error = usage_error(*args, env=env)
+    assert f"ERROR: {named}: " in error
+
+
+def test_an_expectations_file_from_the_variable_is_named_so(tmp_path):
+    """An error about CANARY_EXPECT's file names the variable, not the flag."""
+    error = usage_error(env={"CANARY_EXPECT": str(tmp_path / "missing.txt")})
+    assert f"ERROR: CANARY_EXPECT={str(tmp_path / 'missing.txt')!r}: " in error
+
+
+FAKE_VERSIONS = """
+import numpy, triton
+triton.__version__ = "3.6.0"
+numpy.__version__ = "2.4.1"
+"""
+
+
+def test_triton_before_3_7_with_numpy_2_4_stops_on_the_cpu(tmp_path):
+    """Triton 3.6 with numpy 2.4 cannot interpret a launch: on the CPU the run stops with one
+    line naming the combination and what to install, before any test, instead of failing every
+    test as if the implementation were wrong (the versions are faked by a plugin loaded first)."""
+    (tmp_path / "fake_versions.py").write_text(FAKE_VERSIONS)
+    error = usage_error("-p", "fake_versions", env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"})
+    lines = [line for line in error.splitlines() if line.strip()]
+    assert len(lines) == 1, error
+    assert "triton 3.6.0 with numpy 2.4.1" in lines[0]
+    assert "numpy<2.4" in lines[0] and "triton>=3.7" in lines[0]
+    assert plugin.interpreter_problem("3.7.1", "2.4.1") is None
+    assert plugin.interpreter_problem("3.6.0", "2.3.5") is None
+    assert plugin.interpreter_problem(None, "2.4.1") is None
+
+
+def test_a_file_the_readme_says_is_refused_is_refused(tmp_path):
+    """The README's example of a refused implementation file is refused, in a fresh run as the
+    suite's own (a file called canary.py is not: nothing of the suite imports canary)."""
+    readme = (ROOT / "README.md").read_text()
+    example = re.search(r"a file called `(\w+)\.py`", readme)
+    assert example, "README: no example of a refused file"
+    (tmp_path / f"{example[1]}.py").write_text(NAMES)
+    error = usage_error("--canary-impl", str(tmp_path / f"{example[1]}.py"))
+    assert "already taken" in error
+
+
+# --- the rerun line runs as printed -------------------------------------------------------
+
+
+def announced_rerun(out: str) -> list[str]:
+    line = re.search(r"^    rerun alone: (.*)$", out, re.M)
+    assert line, out
+    return shlex.split(line[1])
+
+
+def test_outside_the_checkout_ids_and_rerun_lines_are_the_suites(tmp_path):
+    """From another folder the failures keep their module in their ids, and the printed rerun
+    line, run as printed in that folder, runs that one test."""
+    done = subprocess.run(
+        [sys.executable, "-m", "conformance", "conformance.test_spec_vectors"]
+        + ["--canary-impl", "strength.known_bad.hash_big_endian_words", "-p", "no:cacheprovider"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "CANARY_DEVICE": "cpu", "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "kv-canary: FAILED conformance/test_spec_vectors.py::test_spec_fingerprint_vectors[" in (
+        done.stdout
+    )
+    assert "FAILED conformance/test_spec_vectors.py::test_spec_fingerprint_vectors[" in done.stdout
+    assert "FAILED ::" not in done.stdout
+    rerun = subprocess.run(
+        [*announced_rerun(done.stdout), "-p", "no:cacheprovider"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert rerun.returncode == 1, rerun.stdout + rerun.stderr
+    assert re.search(r"^=* ?1 failed in ", rerun.stdout, re.M), rerun.stdout
+
+
+def test_the_rerun_line_keeps_the_profile_and_the_expectations(tmp_path):
+    """With an expectations file the run is derandomized: the rerun line names the file (which
+    derandomizes the rerun alike), and the profile the run was given."""
+    expect = tmp_path / "expect.txt"
+    expect.write_text(
+        "conformance/test_spec_vectors.py::test_spec_fingerprint_vectors[one source, 16 bytes, "
+        "PARTIAL]  # [1] one of the five\n"
+    )
+    done = run_suite(
+        "conformance/test_spec_vectors.py",
+        "--canary-impl",
+        "strength.known_bad.hash_big_endian_words",
+        "--hypothesis-profile",
+        "dev",
+        "--canary-expect",
+        str(expect),
+        quiet=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "canary hypothesis profile: dev-cpu-derandomized" in done.stdout
+    rerun = announced_rerun(done.stdout)
+    assert rerun[rerun.index("--canary-expect") + 1] == str(expect)
+    assert rerun[rerun.index("--hypothesis-profile") + 1] == "dev"
