@@ -227,6 +227,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for message in error.args:
             print(f"ERROR: {message}", file=sys.stderr)  # as pytest prints its usage errors
         return int(pytest.ExitCode.USAGE_ERROR)
+    except Exception:
+        # a plugin cannot be imported (a dependency of the suite missing, say): pytest, failing
+        # to load it before it collects anything, says why in its own words
+        return int(pytest.main(["-p", "conformance.plugin", *args]))
     # An implementation named as a module of the current folder is found as under python -m,
     # which puts the folder first on sys.path; a console script's sys.path has its own folder
     # instead. Last here, so that the folder's modules never hide the suite's own.

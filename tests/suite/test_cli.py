@@ -225,3 +225,21 @@ def test_readme_lists_every_option_with_its_variable():
         name = option.split()[0]
         assert name in rows, f"README: no row for {name}"
         assert rows[name] == env, f"README: {name} names {rows[name]!r}, --help {env!r}"
+
+
+def test_without_hypothesis_the_command_names_it(tmp_path):
+    """With a dependency of the suite missing, the command fails and says which, as pytest
+    does (tests/installed.py checks this on a real install without Hypothesis)."""
+    fake = tmp_path / "fake" / "hypothesis"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'hypothesis'\")\n"
+    )
+    done = run(
+        ["-m", "conformance", "--collect-only", "-q", "-p", "no:hypothesispytest"],
+        tmp_path,
+        env={"PYTHONPATH": f"{tmp_path / 'fake'}{os.pathsep}{ROOT}"},
+    )
+    out = done.stdout + done.stderr  # tests/installed.py reads them together
+    assert done.returncode != 0, out
+    assert "No module named 'hypothesis'" in out and "Traceback" not in out, out
