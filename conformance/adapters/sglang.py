@@ -22,6 +22,37 @@ Which of SGLang's paths runs:
   dependencies; this module uses that complete package when the machine has a CUDA device and
   importing kv_canary's ``verify`` module from it succeeds.
 
+The plan group (CONTRACT §12-§14), on CPU tensors:
+
+- ``launch_canary_plan_kernels``: SGLang's launcher as SGLang dispatches it. From 0.5.21 it
+  sends CPU tensors to its torch reference (``plan_ref``), after its P2 check. Before 0.5.21
+  it has no CPU path and runs its kernel path: its checks, its Triton offsets kernel, then its
+  CUDA JIT entries kernel, which the JIT loader here stops after that kernel's own P3 check;
+  the torch reference's verify entries (``plan_ref._materialize_verify_entries``) then run in
+  the entries kernel's place, written only when they fit, as the offsets kernel's ``enable``
+  says. ``CANARY_SGLANG_PLAN=kernels`` takes that kernel path on every release, also where
+  SGLang would dispatch to its reference (``PLAN_PATH_TAKEN`` says which ran): SGLang's own
+  Triton kernel and its own reference side by side, so that where they disagree the suite
+  shows it (``docs/upstream/repro_13_*.py`` and ``repro_14_*.py`` show it on any release).
+- ``launch_scatter_req_token_ids_kernel``: SGLang's launcher with its Triton kernel, on every
+  release (0.5.13 to 0.5.22 also ship ``scatter_req_token_ids_torch_reference``, which
+  SGLang's launcher never calls and this module does not use).
+- ``REQ_POOL_IDX_PADDING``: SGLang's constant (``consts``).
+
+SGLang decorates its Triton kernels when its modules are imported, without
+``TRITON_INTERPRET``, so they are compiled kernels, and so are Triton's own ``@jit`` helpers
+(``tl.sum``, ``tl.cumsum``), decorated when Triton was imported. For CPU tensors this module
+binds each of SGLang's kernels once more, interpreted: the undecorated function
+(``kernel.fn``) copied into a namespace of its own in which SGLang's helpers are interpreted
+too, with the launcher that calls it copied into that namespace; during such a launch
+``triton.language``'s ``@jit`` helpers are interpreted copies, put back after it. SGLang's code
+is unchanged: only the mode its kernels run in is. Each interpreted launch runs under the
+suite's memory watch (``conformance.bounds``): where SGLang's kernel reads or writes outside the
+call's buffers (the scatter with bad offsets or pool rows, the offsets kernel with a row past
+the table), the access is masked off, so that it cannot corrupt this process, and the call
+fails with an ``AssertionError`` naming it: the suite cannot check what such a launch computes,
+and a GPU would make those accesses.
+
 Everywhere else (no CUDA device, the serving stack's dependencies absent, or
 ``CANARY_SGLANG_STANDALONE=1``), SGLang's kv_canary modules are loaded from the installed
 files without executing the serving stack: ``sglang/__init__.py`` imports the whole server and
@@ -47,13 +78,16 @@ What this module adds, and why it translates conventions only:
   fixed layouts stay 2-D for this module; its N-D tests still run, and their failures are
   listed in each release's expectations file.
 
-Every release from 0.5.13 to 0.5.23 has every piece the suite uses. A release in which one
+Every release from 0.5.13 to 0.5.23 has every piece the suite uses, the plan group included
+(``plan/api.py``, ``plan/offsets_kernel.py``, ``plan/entries_kernel.py``, ``plan_ref.py`` and
+``scatter_req_token_ids.py`` in both layouts). A release in which one
 is missing, or whose kv_canary is in neither place, fails to import here with an
 ``ImportError`` that names what is missing, never an ``AttributeError`` in a test.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.util
@@ -71,7 +105,7 @@ CANARY_CAPABILITIES = {"source_ndim_max": 2}
 
 #: What the suite needs of each kv_canary module.
 NEEDED = {
-    "consts": ("RealKvHashMode", "MAX_REAL_KV_SOURCES"),
+    "consts": ("RealKvHashMode", "MAX_REAL_KV_SOURCES", "REQ_POOL_IDX_PADDING"),
     "verify": (
         "RealKvSource",
         "CanaryLaunchTag",
@@ -86,6 +120,13 @@ NEEDED = {
         "_to_signed_int64",
     ),
     "write_ref": ("launch_canary_write_kernel_torch_reference",),
+    "plan.api": ("launch_canary_plan_kernels",),
+    "plan.offsets_kernel": ("launch_plan_offsets_kernel", "_plan_offsets_kernel"),
+    "plan_ref": ("launch_canary_plan_kernels_torch_reference", "_materialize_verify_entries"),
+    "scatter_req_token_ids": (
+        "launch_scatter_req_token_ids_kernel",
+        "_scatter_req_token_ids_kernel",
+    ),
 }
 
 
@@ -172,6 +213,10 @@ verify = _module("verify")
 write = _module("write")
 verify_ref = _module("verify_ref")
 write_ref = _module("write_ref")
+plan_api = _module("plan.api")
+plan_offsets = _module("plan.offsets_kernel")
+plan_ref = _module("plan_ref")
+scatter = _module("scatter_req_token_ids")
 
 #: Whether the launchers send CPU tensors to the torch reference themselves (0.5.21 and later).
 DISPATCHES_OFF_CUDA = importlib.util.find_spec(f"{LAYOUT}._dispatch") is not None
@@ -191,6 +236,7 @@ CanaryLaunchTag = verify.CanaryLaunchTag
 VerifyOrWriteContext = verify.VerifyOrWriteContext
 VerifyPlan = verify.VerifyPlan
 WritePlan = write.WritePlan
+REQ_POOL_IDX_PADDING = consts.REQ_POOL_IDX_PADDING
 
 
 def _off_cuda(context) -> bool:
@@ -273,3 +319,212 @@ def fingerprint(sources, slot_indices, *, mode=RealKvHashMode.ALL) -> torch.Tens
     slots = [int(s) for s in slot_indices.tolist()]
     hashes = [verify_ref._to_signed_int64(h) for h in _slot_hashes(sources, mode, slots)]
     return torch.tensor(hashes, dtype=torch.int64, device=slot_indices.device)
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan group (CONTRACT §12-§14): SGLang's plan launcher and its expected-token scatter, their
+# Triton kernels bound interpreted for CPU tensors (see the module header).
+
+
+def _copy_function(fn: types.FunctionType, namespace: dict) -> types.FunctionType:
+    copy = types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__qualname__ = fn.__qualname__
+    copy.__annotations__ = dict(fn.__annotations__)  # tl.constexpr parameters stay constexpr
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    copy.__module__ = fn.__module__
+    return copy
+
+
+def _interpreted_namespace(module: types.ModuleType, **overrides) -> dict:
+    """``module``'s globals with each ``@triton.jit`` function (its own and those it imported)
+    interpreted, and its plain functions copied so that they call those; ``overrides``
+    replace names first."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    namespace = {**vars(module), **overrides}
+    namespace["__name__"] = f"{module.__name__}[interpreted]"
+    for name, value in list(namespace.items()):
+        if isinstance(value, JITFunction):
+            namespace[name] = InterpretedFunction(_copy_function(value.fn, namespace))
+        elif (
+            isinstance(value, types.FunctionType)
+            and value.__module__ == module.__name__
+            and name not in overrides
+        ):
+            namespace[name] = _copy_function(value, namespace)
+    return namespace
+
+
+@functools.cache
+def _interpreted_language_helpers() -> dict:
+    """Triton's own ``@jit`` helpers of ``triton.language`` (``tl.sum``, ``tl.cumsum``, ...),
+    interpreted: they were decorated, compiled, when Triton was imported."""
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    return {
+        name: InterpretedFunction(value.fn)
+        for name, value in vars(tl).items()
+        if isinstance(value, JITFunction)
+    }
+
+
+@contextlib.contextmanager
+def _interpreted_language():
+    """Inside the block, ``triton.language``'s ``@jit`` helpers are the interpreted ones (one
+    interpreted launch at a time, as Triton's interpreter itself patches the language)."""
+    import triton.language as tl
+
+    helpers = _interpreted_language_helpers()
+    saved = {name: getattr(tl, name) for name in helpers}
+    for name, helper in helpers.items():
+        setattr(tl, name, helper)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(tl, name, value)
+
+
+@functools.cache
+def _interpreted_scatter() -> types.FunctionType:
+    """SGLang's scatter launcher, launching its Triton kernel interpreted."""
+    return _interpreted_namespace(scatter)["launch_scatter_req_token_ids_kernel"]
+
+
+@functools.cache
+def _kernels_path_plan() -> types.FunctionType:
+    """SGLang's plan launcher on its kernel path (its CUDA path's checks, the Triton offsets
+    kernel interpreted, then the CUDA entries kernel, which the stand-in JIT loader stops),
+    also where a release from 0.5.21 would dispatch CPU tensors to its torch reference."""
+    offsets = _interpreted_namespace(plan_offsets)["launch_plan_offsets_kernel"]
+    overrides: dict = {"launch_plan_offsets_kernel": offsets}
+    if "use_torch_reference" in vars(plan_api):
+        overrides["use_torch_reference"] = lambda device: False
+    namespace = {**vars(plan_api), **overrides}
+    return _copy_function(plan_api.launch_canary_plan_kernels, namespace)
+
+
+def _watched(name: str, **arguments):
+    """The suite's memory-bounds watch over an interpreted launch (``conformance.bounds``): an
+    access outside the call's buffers is masked off, so that it cannot corrupt this process,
+    and fails the call with an ``AssertionError`` naming it."""
+    from conformance import bounds
+
+    return bounds.watching(f"{name}()", **arguments)
+
+
+#: Which of SGLang's plan paths runs for CPU tensors: ``dispatch`` (the default: the release's
+#: public launcher as SGLang dispatches it, which is its torch reference from 0.5.21 and its
+#: kernel path before) or ``kernels`` (``CANARY_SGLANG_PLAN=kernels``: the kernel path on every
+#: release, the Triton offsets kernel interpreted and the torch reference's entries in the CUDA
+#: entries kernel's place).
+PLAN_PATH = os.environ.get("CANARY_SGLANG_PLAN", "dispatch")
+if PLAN_PATH not in ("dispatch", "kernels"):
+    raise ImportError(f"CANARY_SGLANG_PLAN={PLAN_PATH!r}: use dispatch or kernels")
+PLAN_PATH_TAKEN = (
+    "SGLang's launcher, which sends CPU tensors to its torch reference"
+    if DISPATCHES_OFF_CUDA and PLAN_PATH == "dispatch"
+    else "SGLang's kernel path: its checks, the Triton offsets kernel (interpreted), then the "
+    "torch reference's entries in place of the CUDA entries kernel"
+)
+__version__ += f"; plan on CPU: {PLAN_PATH_TAKEN}; scatter: its Triton kernel (interpreted on CPU)"
+
+
+def _reference_entries(
+    *,
+    verify_plan_out,
+    req_pool_indices,
+    prefix_lens,
+    req_to_token,
+    swa_window_size,
+    full_to_swa_index_mapping,
+    verify_capacity,
+    req_to_verify_expected_tokens,
+    req_to_verify_expected_tokens_valid_lens,
+    kv_token_id_vs_position_offset,
+    **unused,
+) -> None:
+    """What SGLang's CUDA entries kernel does, as its torch reference does it: the verify entries
+    (``plan_ref._materialize_verify_entries``, given its inputs as the reference's launcher
+    makes them), written only when they fit, as the offsets kernel's ``enable`` says."""
+    cpu = torch.device("cpu")
+
+    def host(tensor):
+        return None if tensor is None else tensor.detach().to(device=cpu, dtype=torch.int64)
+
+    plan_ref._materialize_verify_entries(
+        verify_plan_out=verify_plan_out,
+        req_pool_indices_host=host(req_pool_indices),
+        prefix_lens_host=host(prefix_lens),
+        req_to_token_host=host(req_to_token),
+        swa_window_size=swa_window_size,
+        lut=None if full_to_swa_index_mapping is None else full_to_swa_index_mapping.to(cpu),
+        verify_capacity=verify_capacity,
+        work_device=cpu,
+        bs=int(req_pool_indices.shape[0]),
+        expected_token_pool_host=host(req_to_verify_expected_tokens),
+        req_to_verify_expected_tokens_valid_lens_host=host(
+            req_to_verify_expected_tokens_valid_lens
+        ),
+        kv_token_id_vs_position_offset=int(kv_token_id_vs_position_offset),
+    )
+
+
+def launch_canary_plan_kernels(
+    *,
+    verify_plan_out,
+    write_plan_out,
+    req_pool_indices,
+    prefix_lens,
+    extend_seq_lens,
+    req_to_token,
+    swa_window_size,
+    full_to_swa_index_mapping,
+    verify_capacity,
+    req_to_verify_expected_tokens,
+    req_to_verify_expected_tokens_valid_lens,
+    kv_token_id_vs_position_offset,
+) -> None:
+    """SGLang's plan launcher; on CPU tensors the path ``PLAN_PATH_TAKEN`` names."""
+    args = dict(
+        verify_plan_out=verify_plan_out,
+        write_plan_out=write_plan_out,
+        req_pool_indices=req_pool_indices,
+        prefix_lens=prefix_lens,
+        extend_seq_lens=extend_seq_lens,
+        req_to_token=req_to_token,
+        swa_window_size=swa_window_size,
+        full_to_swa_index_mapping=full_to_swa_index_mapping,
+        verify_capacity=verify_capacity,
+        req_to_verify_expected_tokens=req_to_verify_expected_tokens,
+        req_to_verify_expected_tokens_valid_lens=req_to_verify_expected_tokens_valid_lens,
+        kv_token_id_vs_position_offset=kv_token_id_vs_position_offset,
+    )
+    device = getattr(getattr(verify_plan_out, "verify_slot_indices", None), "device", None)
+    if getattr(device, "type", None) == "cuda":
+        plan_api.launch_canary_plan_kernels(**args)
+        return
+    if DISPATCHES_OFF_CUDA and PLAN_PATH == "dispatch":
+        plan_api.launch_canary_plan_kernels(**args)  # SGLang sends CPU tensors to its reference
+        return
+    try:
+        with _watched("launch_canary_plan_kernels", **args), _interpreted_language():
+            _kernels_path_plan()(**args)
+    except CudaJitReached:
+        _reference_entries(**args)
+
+
+def launch_scatter_req_token_ids_kernel(*, flat_in, offsets, req_pool_indices, pool_out) -> None:
+    """SGLang's scatter launcher, its Triton kernel interpreted for CPU tensors."""
+    args = dict(
+        flat_in=flat_in, offsets=offsets, req_pool_indices=req_pool_indices, pool_out=pool_out
+    )
+    device = getattr(pool_out, "device", None)
+    if getattr(device, "type", None) == "cuda":
+        scatter.launch_scatter_req_token_ids_kernel(**args)
+        return
+    with _watched("launch_scatter_req_token_ids_kernel", **args), _interpreted_language():
+        _interpreted_scatter()(**args)
