@@ -77,8 +77,8 @@ DIVERGENCES: dict[int, Divergence] = {
         ("0.5.21", "0.5.23"),
     ),
     5: Divergence(
-        "the contract's own additions (type checks, rules 1, 2, 8 and 10, the §4 and §8 "
-        "launch checks, §11)",
+        "the contract's own additions (type checks, rules 1, 2, 8 and 10, the §4, §8, §12 "
+        "and §13 launch checks, §11)",
         "full",
     ),
     6: Divergence(
@@ -127,6 +127,91 @@ DIVERGENCES: dict[int, Divergence] = {
     ),
     10: Divergence(
         "the contiguity error names `canary_buf`, not `context.canary_buf`",
+        "core",
+    ),
+    11: Divergence(
+        "plan refusals name SGLang's internals: `launch_canary_plan_kernels_torch_reference`, "
+        "`launch_plan_entries_kernel`, `out_write_offsets`",
+        "core",
+        "A plan launch with the expected-token pool but no valid lengths (P3), or a "
+        "`verify_capacity` that is not the verify plan's length (P5), is refused with a message "
+        "that names `launch_canary_plan_kernels_torch_reference` on CPU and XPU (from 0.5.21) "
+        "or, for P3 on the kernel path, `launch_plan_entries_kernel`, a function the engine never "
+        "called; before 0.5.21 a strided `write_offsets` is named `out_write_offsets`. Log "
+        "matching and alerting keyed on the public launcher's message miss them.",
+        "repro_11_plan_messages.py",
+        ("0.5.13", "0.5.23"),
+    ),
+    12: Divergence(
+        "the plan's launch checks run on CUDA only: more than 4096 rows, more rows than the "
+        "write plan holds and strided tensors are taken on CPU",
+        "core",
+        "From 0.5.21, on CPU and XPU (the torch reference path), a plan launch of 4097 rows, of "
+        "more rows than `write_plan_out` holds, or with a strided `req_to_token`, `prefix_lens` "
+        "or plan tensor runs: the reference caps the seeds and offsets it writes at the write "
+        "plan's capacity, so the rows past it are silently never written, and a strided tensor "
+        "is read through its view. The same launch is refused on CUDA, so a configuration that "
+        "works in CPU tests fails on the GPU box.",
+        "repro_12_plan_checks_cuda_only.py",
+        ("0.5.21", "0.5.23"),
+    ),
+    13: Divergence(
+        "a refused plan launch has already changed the plans: `write_offsets` zeroed, the "
+        "offsets kernel run",
+        "core",
+        "On the kernel path (CUDA; every device before 0.5.21) the launcher zeroes "
+        "`write_plan_out.write_offsets` before the offsets kernel checks its arguments, and "
+        "checks P3 only after that kernel has filled the write plan, `verify_num_valid` and "
+        "`enable`. A launch refused for a wrong dtype, a strided tensor, a write plan too small "
+        "or a missing valid-lengths tensor leaves the previous step's plans half overwritten: "
+        "an engine that catches the error and launches write with its old plan writes nothing "
+        "(all offsets 0), or with the new, half-made one.",
+        "repro_13_refused_plan_changes_plans.py",
+        ("0.5.13", "0.5.23"),
+    ),
+    14: Divergence(
+        "P13 unchecked by the Triton offsets kernel: a seed slot past the SWA table is clamped "
+        "to its last entry",
+        "full",
+        "With a `full_to_swa_index_mapping` shorter than the full pool, SGLang's torch reference "
+        "refuses a slot past its end (P13), but its Triton offsets kernel, which plans the write "
+        "seeds on the kernel path (CUDA, and every device before 0.5.21), clamps the slot to the "
+        "table's last entry and seeds the write chain from whatever SWA slot that holds: the "
+        "write then links the request to an unrelated slot's chain hash, and verify reports "
+        "chain mismatches that no corruption caused. SGLang's own reference and its own kernel "
+        "disagree; from 0.5.21 a CPU run takes the reference, so the suite's legs show it only "
+        "before 0.5.21, and the repro script runs the Triton kernel (interpreted) on every "
+        "release.",
+        "repro_14_swa_seed_clamped.py",
+        ("0.5.13", "0.5.23"),
+    ),
+    15: Divergence(
+        "the scatter takes at most 511 requests, the plan 4096",
+        "core",
+        "An engine batch of 512 to 4096 requests, which the plan kernel takes, cannot fill its "
+        "expected-token pool: `launch_scatter_req_token_ids_kernel` raises `bs+1=... exceeds "
+        "BATCH_BLOCK=512`, so a large decode batch either fails its step or runs without the "
+        "token check.",
+        "repro_15_scatter_511_requests.py",
+        ("0.5.13", "0.5.23"),
+    ),
+    16: Divergence(
+        "the scatter checks neither its offsets nor its pool rows: it reads and writes outside "
+        "its buffers",
+        "full",
+        "Offsets that do not start at 0, that decrease or that end short of `flat_in`, and a "
+        "request whose pool row is past the pool (or -1), are not refused: the Triton kernel "
+        "reads the word before `offsets`, writes the tokens past `offsets[bs]` into the last "
+        "request's row, and writes a row past the pool into whatever memory follows it (on a "
+        "GPU, another allocation). Under the suite's memory watch each such launch fails with "
+        "the accesses it made outside its buffers.",
+        "repro_16_scatter_out_of_bounds.py",
+        ("0.5.13", "0.5.23"),
+    ),
+    17: Divergence(
+        "before 0.5.21 the plan launcher checks only the offsets kernel's arguments: a strided "
+        "expected-token pool or verify entry tensor reaches the entries kernel (on CPU, the "
+        "torch reference in its place) unchecked",
         "core",
     ),
 }
@@ -211,7 +296,10 @@ def render(releases: Sequence, folder: Path) -> str:
         "0.5.20, [9] refuses at launch nearly every source the suite builds, before [2], [3],",
         "[4] or [6] can show. The repro scripts below tell them apart on any release (that of",
         "[2] reproduces on 0.5.13; those of [3] and [4] do not, since before 0.5.21 a launcher",
-        "made every check before it reached the kernel).",
+        "made every check before it reached the kernel). The plan runs the other way round:",
+        "from 0.5.21 a CPU run takes SGLang's torch reference, so [13] and [14], which live in",
+        "its kernel path (CUDA), show in the files up to 0.5.20 only; their scripts run that",
+        "path, its Triton kernel interpreted, and reproduce them on every release.",
         "",
     ]
     lines += ["## The real divergences", ""]
