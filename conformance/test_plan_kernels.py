@@ -214,15 +214,17 @@ def test_a_changed_page_table_entry_is_reported_as_the_reference_predicts(
     the next verify, at the slots and with the reasons the reference gives."""
     live = live_positions(batch)
     row, position = data.draw(st.sampled_from(live), label="changed entry")
-    others = [p for p in live if p != (row, position)]
+    # another position: the entry's stored position then always differs (two chain heads
+    # swapped at position 0, tokens unchecked, are alike to the canary)
+    others = [p for p in live if p[1] != position]
     if not others:
         return
     other_row, other_position = data.draw(st.sampled_from(others), label="now pointing at")
     change = TableChange(row, position, other_row, other_position)
     state, since = run_pipeline(impl, device, batch, change=change, what=what)
     reported = launch_rows(state.violation_ring, since, int(state.violation_write_index[0]))
-    # the reference must see it for the property to say anything: a change inside the window
-    # always moves a slot under an entry whose record is another position's
+    # the reference must see it for the property to say anything: the entry now names a slot
+    # whose record is another position's
     if int(state.violation_write_index[0]) == since:
         fail(f"the reference reported no violation for {change}", config=describe_batch(batch))
     assert reported.shape[0] >= 1
