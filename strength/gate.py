@@ -125,7 +125,7 @@ FAST_FIRST = (
 
 # Modules of stored vectors (golden and CONTRACT §2): --properties-only leaves them out, to
 # measure what the properties alone catch.
-VECTOR_MODULES = ("test_golden.py", "test_golden_scale.py", "test_spec_vectors.py")
+VECTOR_MODULES = ("test_golden.py", "test_golden_plan.py", "test_golden_scale.py", "test_spec_vectors.py")
 
 # Tests every mutant's run includes, the tour: together they call every entry point, in under
 # a second (RealKvSource accepting and refusing, fingerprint in every mode, both plans'
@@ -142,6 +142,9 @@ TOUR = (
     "test_argument_kinds.py::test_wrong_kinds_of_arguments_are_refused",
     "test_argument_kinds.py::test_fingerprint_refuses_wrong_kinds_of_arguments",
     "test_plans.py::test_allocated_plans_have_the_contract_shapes",
+    # one case each: the plan (its SWA-table variant) and the scatter
+    "test_golden_plan.py::test_plan_vector[plan-swa-evicted]",
+    "test_golden_plan.py::test_scatter_vector[scatter-rows]",
 )
 
 
@@ -179,11 +182,12 @@ def target_selection(
     selection = []
     for path in suite_paths(properties_only=properties_only):
         module = path.removeprefix("conformance/")
-        selection += [
-            f"{path}::{name}"
-            for name in suite_tests(module)
-            if f"{module}::{name}" in TOUR or listed(f"{path}::{name}", target.dies_in)
-        ]
+        for name in suite_tests(module):
+            test = f"{module}::{name}"
+            if test in TOUR or listed(f"{path}::{name}", target.dies_in):
+                selection.append(f"{path}::{name}")
+            else:  # a tour stop may be one case of a test (``test[case]``)
+                selection += [f"conformance/{stop}" for stop in TOUR if stop.startswith(test + "[")]
     return selection
 
 

@@ -40,6 +40,7 @@ AREAS = (
     "counters",
     "bounds",
     "scale",
+    "plan",
 )
 
 
@@ -59,7 +60,7 @@ CORRECT = ("canary", "canary_torch")
 
 _V, _A, _H, _L = "validation", "addressing", "hashing", "launch-checks"
 _C, _R, _K, _B = "chain", "ring", "counters", "bounds"
-_S = "scale"
+_S, _P = "scale", "plan"
 
 # Where a bug must be caught: the suite's tests, as patterns of "<module>::<test function>".
 _SV, _FP, _LV, _WV = (
@@ -111,6 +112,10 @@ WV_LAUNCH = (
     _LV + "test_bad_launch_raises_before_any_work",
     _LV + "test_empty_plans_are_still_validated",
 )
+
+_PK, _GOLD_PLAN = "test_plan_kernels.py::", "test_golden_plan.py::test_plan_vector"
+#: the plan kernel: equality with the reference, and the stored plans
+PLAN = (_PK + "test_plan_equals_reference", _GOLD_PLAN)
 
 # One line per entry, so that adding a mutant is adding a line.
 # fmt: off
@@ -183,5 +188,14 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("strength.known_bad.scale_page_index_wraps_at_64", _S, "the in-page index is kept in 6 bits (s % page_size & 63)", ("test_scale.py::test_big_pages_and_pools_fingerprint_equals_reference",)),
     Entry("strength.known_bad.scale_slot_index_16_bits", _S, "fingerprint keeps slot indices as int16", ("test_scale.py::test_big_pages_and_pools_fingerprint_equals_reference",)),
     Entry("strength.known_bad.scale_verify_one_persistent_lap", _S, "verify's persistent grid of 32768 entries makes one lap only", ("test_scale.py::test_long_verify_sweep_equals_reference",)),
+    # CONTRACT §12-§13: the plan kernel and the expected-token scatter
+    Entry("strength.known_bad.plan_window_start_off_by_one", _P, "an SWA window starts at prefix - window + 1", PLAN),
+    Entry("strength.known_bad.plan_chain_reset_at_window_head", _P, "an SWA window's head gets previous slot -1", PLAN),
+    Entry("strength.known_bad.plan_seed_from_wrong_position", _P, "the write seed is read at prefix - 2, not prefix - 1", PLAN),
+    Entry("strength.known_bad.plan_padding_rows_counted", _P, "padding rows' stale extend lengths count into the write offsets", (*PLAN, _PK + "test_a_padding_row_contributes_nothing_wherever_it_stands")),
+    Entry("strength.known_bad.plan_overflow_still_scatters", _P, "an overflowing plan still writes its first capacity entries", (_PK + "test_overflow_disables_the_plan_and_leaves_its_entries_untouched", _GOLD_PLAN)),
+    Entry("strength.known_bad.plan_prev_slot_untranslated", _P, "previous slots skip the SWA table", PLAN),
+    Entry("strength.known_bad.plan_expected_token_past_valid_len", _P, "expected tokens are read past the valid length", PLAN),
+    Entry("strength.known_bad.scatter_spills_into_next_row", _P, "the scatter writes tokens past a row's end into the next rows", ("test_scatter.py::test_scatter_equals_reference", "test_golden_plan.py::test_scatter_vector")),
 )
 # fmt: on

@@ -5,8 +5,8 @@ change and every other line stays canary's. Text replacements are checked: a rep
 whose ``old`` text no longer occurs raises at import, so a mutant that has drifted away from
 canary's code fails loudly instead of quietly testing nothing.
 
-- :func:`patch_kernels` rewrites ``canary/kernels.py`` and makes ``canary._runtime`` bind the
-  rewritten bodies (Triton reads kernel source from real files, so the result is written
+- :func:`patch_kernels` rewrites ``canary/kernels.py`` (:func:`patch_plan_kernels`:
+  ``canary/plan_kernels.py``) and makes ``canary._runtime`` bind the rewritten bodies (Triton reads kernel source from real files, so the result is written
   to a per-process temporary directory and imported from there).
 - :func:`patch_function` rewrites one Python function or method of a canary module.
 - :func:`install` adds a helper that a rewritten function calls.
@@ -34,6 +34,7 @@ from pathlib import Path
 import canary
 import canary._runtime
 import canary.kernels
+import canary.plan_kernels
 
 Replacement = tuple[str, str]
 
@@ -65,21 +66,30 @@ def _write(stem: str, text: str) -> Path:
     return path
 
 
-def patch_kernels(*replacements: Replacement) -> types.ModuleType:
-    """Bind, from now on, the kernel bodies of ``canary/kernels.py`` with ``replacements`` applied."""
-    text = apply(
-        inspect.getsource(canary.kernels), replacements, what=canary.kernels.__file__ or "kernels"
-    )
-    path = _write("known_bad_kernels", text)
-    name = f"known_bad_kernels_{path.stem}"
+def _patch_kernel_module(source: types.ModuleType, replacements: tuple[Replacement, ...]):
+    text = apply(inspect.getsource(source), replacements, what=source.__file__ or source.__name__)
+    stem = source.__name__.rpartition(".")[2]
+    path = _write(f"known_bad_{stem}", text)
+    name = f"known_bad_{stem}_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     # Registered before it runs, as an ordinary import would be: inspect finds the source
     # of its functions through sys.modules.
     sys.modules[name] = module
     spec.loader.exec_module(module)
-    canary._runtime.use_kernel_module(module)
+    canary._runtime.use_kernel_module(module, replacing=source)
     return module
+
+
+def patch_kernels(*replacements: Replacement) -> types.ModuleType:
+    """Bind, from now on, the kernel bodies of ``canary/kernels.py`` with ``replacements`` applied."""
+    return _patch_kernel_module(canary.kernels, replacements)
+
+
+def patch_plan_kernels(*replacements: Replacement) -> types.ModuleType:
+    """Bind, from now on, the plan and scatter kernel bodies of ``canary/plan_kernels.py`` with
+    ``replacements`` applied."""
+    return _patch_kernel_module(canary.plan_kernels, replacements)
 
 
 def _canary_modules() -> list[types.ModuleType]:

@@ -317,7 +317,8 @@ def _noted(name, call):
         return result
     return noting
 
-for _name in ("fingerprint", "launch_canary_write_kernel", "launch_canary_verify_kernel"):
+for _name in ("fingerprint", "launch_canary_write_kernel", "launch_canary_verify_kernel",
+              "launch_canary_plan_kernels", "launch_scatter_req_token_ids_kernel"):
     globals()[_name] = _noted(_name, getattr(canary, _name))
 for _cls in (VerifyPlan, WritePlan):  # noqa: F405
     _cls.allocate = staticmethod(_noted(f"{_cls.__name__}.allocate", _cls.allocate))
@@ -348,6 +349,8 @@ def test_the_tour_calls_every_entry_point(tmp_path):
         "WritePlan.allocate",
         "launch_canary_write_kernel",
         "launch_canary_verify_kernel",
+        "launch_canary_plan_kernels",
+        "launch_scatter_req_token_ids_kernel",
     }
 
 
