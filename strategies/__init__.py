@@ -5,7 +5,7 @@ Configurations are drawn as plain frozen dataclasses by modules that import no t
 :mod:`strategies.invalid`, :mod:`strategies.sizes`); :mod:`strategies.materialize` is the one
 module that imports torch and turns them into tensors on a device and numpy rows for the
 reference; it runs no implementation. The modules import one another in one direction only:
-``sizes`` <- ``layouts`` <- ``chains`` <- ``verify`` <- ``materialize``, and ``invalid`` uses
+``sizes`` <- ``layouts`` <- ``chains`` <- ``verify`` <- ``materialize`` (``sizes`` <- ``batches``), and ``invalid`` uses
 ``materialize`` only where it draws (``tests/test_imports.py`` checks both). This package
 re-exports all of them, so ``import strategies`` itself loads torch.
 
@@ -22,6 +22,11 @@ re-exports all of them, so ``import strategies`` itself loads torch.
   :func:`corruptions` (``verify``): write/verify launches (CONTRACT §5-§7) as plain data; :func:`materialize_world` and
   :func:`apply_corruption` make them real (a launch's arguments, and the reports a corruption
   must cause, are the suite's: ``conformance.write_verify_support``).
+- :func:`engine_batches`, :func:`scatter_batches` (``batches``): an engine's batch state for
+  the plan kernel (CONTRACT §12: page tables, prefill, chunked prefill, decode and padding rows,
+  SWA windows and tables, expected-token pools, capacities) and expected-token scatters (§13),
+  as descriptions whose arrays come from a seed; :func:`plan_faults`, :func:`scatter_faults`:
+  one broken argument each, for every check of §12 and §13.
 - :func:`describe`: any ``tensor=`` object as a torch-free ``reference.SourceDescription``.
 - :func:`sizes`: sizes that aim at the edges scale bugs live at (``2^k +- 1``, multiples of a
   block); every scaled dimension of the strategies above is drawn through it.
@@ -39,6 +44,7 @@ Typical use::
 
 import sys
 
+from strategies.batches import *  # noqa: F403
 from strategies.chains import *  # noqa: F403
 from strategies.invalid import *  # noqa: F403
 from strategies.layouts import *  # noqa: F403
@@ -49,6 +55,6 @@ from strategies.verify import *  # noqa: F403
 #: The package's public names: each submodule's own ``__all__``, defined there once.
 __all__ = [
     name
-    for module in ("chains", "invalid", "layouts", "materialize", "sizes", "verify")
+    for module in ("batches", "chains", "invalid", "layouts", "materialize", "sizes", "verify")
     for name in sys.modules[f"strategies.{module}"].__all__
 ]
