@@ -43,33 +43,37 @@ class Release:
     expectations: str  # the stem of its file in conformance/expectations/
 
 
-# The content hashes of the seven distinct kv_canary versions: 0.5.13 to 0.5.16 in
-# sglang/jit_kernel/kv_canary/ (0.5.14 unquoted the return annotations), 0.5.17 on in
+# Each distinct kv_canary, oldest first: the content hash of its files, then the releases that
+# ship it, whose expectations file is named after the first of them. Seven versions: 0.5.13 to
+# 0.5.16 in sglang/jit_kernel/kv_canary/ (0.5.14 unquoted the return annotations), 0.5.17 on in
 # sglang/kernels/ops/kv_canary/ (0.5.20 added allocation_bytes, 0.5.21 the CPU dispatch, rule 9
 # and materialize_real_kv_sources, 0.5.22 rows by stride(0), 0.5.23 its kernel registration).
-_A = "d2bfe1df911d458242b8901dfce8174e66f8a29b240d53533a350df04fd97010"
-_B = "22f527e59fd771b926e62de1b1a88316aa896345684c81426ddc795a192f745c"
-_C = "22bd5d247f3d31c39bbc74651b22c3548a630fcd706a43670498cdd69afaa5fc"
-_D = "0e0948797f86fb8cd3854d642035e4434c60370c74f1030f119062bc47619b97"
-_E = "209a936c83c21b915844505dfd9736f50cb4feecc3d6c23928ab689c601599b3"
-_F = "dd201bc232ee129ef665afef2483a438d34d1fb34c3c24d6e955969f7a59f30e"
-_G = "6b05ada36f95a866b9c4794687ec77f6331382008d817fd38064b4f66a9048a6"
+_KV_CANARY_VERSIONS: tuple[tuple[str, ...], ...] = (
+    ("d2bfe1df911d458242b8901dfce8174e66f8a29b240d53533a350df04fd97010", "0.5.13", "0.5.13.post1"),
+    (
+        "22f527e59fd771b926e62de1b1a88316aa896345684c81426ddc795a192f745c",
+        "0.5.14",
+        "0.5.15",
+        "0.5.15.post1",
+        "0.5.16",
+    ),
+    (
+        "22bd5d247f3d31c39bbc74651b22c3548a630fcd706a43670498cdd69afaa5fc",
+        "0.5.17",
+        "0.5.18",
+        "0.5.19",
+    ),
+    ("0e0948797f86fb8cd3854d642035e4434c60370c74f1030f119062bc47619b97", "0.5.20"),
+    ("209a936c83c21b915844505dfd9736f50cb4feecc3d6c23928ab689c601599b3", "0.5.21"),
+    ("dd201bc232ee129ef665afef2483a438d34d1fb34c3c24d6e955969f7a59f30e", "0.5.22"),
+    ("6b05ada36f95a866b9c4794687ec77f6331382008d817fd38064b4f66a9048a6", "0.5.23"),
+)
 
 #: Every release that ships kv_canary, oldest first, with the expectations file it matches.
-RELEASES: tuple[Release, ...] = (
-    Release("0.5.13", _A, "sglang-0.5.13"),
-    Release("0.5.13.post1", _A, "sglang-0.5.13"),
-    Release("0.5.14", _B, "sglang-0.5.14"),
-    Release("0.5.15", _B, "sglang-0.5.14"),
-    Release("0.5.15.post1", _B, "sglang-0.5.14"),
-    Release("0.5.16", _B, "sglang-0.5.14"),
-    Release("0.5.17", _C, "sglang-0.5.17"),
-    Release("0.5.18", _C, "sglang-0.5.17"),
-    Release("0.5.19", _C, "sglang-0.5.17"),
-    Release("0.5.20", _D, "sglang-0.5.20"),
-    Release("0.5.21", _E, "sglang-0.5.21"),
-    Release("0.5.22", _F, "sglang-0.5.22"),
-    Release("0.5.23", _G, "sglang-0.5.23"),
+RELEASES: tuple[Release, ...] = tuple(
+    Release(version, kv_canary, f"sglang-{versions[0]}")
+    for kv_canary, *versions in _KV_CANARY_VERSIONS
+    for version in versions
 )
 
 
