@@ -197,6 +197,15 @@ def test_the_oldest_leg_pins_the_declared_minimums():
         assert f"{version}" in readme, f"README: the oldest leg's {name} {version} is not named"
 
 
+def test_the_oldest_leg_compiles_for_every_target():
+    """tox -e oldest compiles every kernel variant for every GPU target with the oldest Triton,
+    which GPU hosts run, before it runs the suite."""
+    tox = (ROOT / "tox.ini").read_text()
+    leg = tox[tox.index("[testenv:oldest]") :].split("\n[", 1)[0]
+    assert "-m tools.compile_check --all" in leg
+    assert "triton==3.6.0" in leg
+
+
 def test_ci_runs_the_oldest_leg():
     """ci.yml runs tox -e oldest, on the oldest Python the project declares."""
     job = workflow("ci.yml")["jobs"]["oldest"]
