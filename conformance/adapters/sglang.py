@@ -244,6 +244,17 @@ def _off_cuda(context) -> bool:
     return getattr(device, "type", None) != "cuda"
 
 
+def _or_reference(launcher, reference, args: dict) -> None:
+    """SGLang's ``launcher``; its torch ``reference`` in the kernel's place where the launcher
+    reached a CUDA JIT kernel with tensors off CUDA."""
+    try:
+        launcher(**args)
+    except CudaJitReached:
+        if not _off_cuda(args["context"]):
+            raise
+        reference(**args)
+
+
 def launch_canary_write_kernel(
     *,
     context,
@@ -256,33 +267,20 @@ def launch_canary_write_kernel(
     expected_input_positions,
 ) -> None:
     """SGLang's write launcher; its torch reference where the release would need CUDA."""
-    args = dict(
-        context=context,
-        plan=plan,
-        input_ids=input_ids,
-        positions=positions,
-        out_cache_loc=out_cache_loc,
-        enable_write_input_assert=enable_write_input_assert,
-        expected_input_tokens=expected_input_tokens,
-        expected_input_positions=expected_input_positions,
+    args = dict(locals())  # the keyword arguments, as given
+    _or_reference(
+        write.launch_canary_write_kernel, write_ref.launch_canary_write_kernel_torch_reference, args
     )
-    try:
-        write.launch_canary_write_kernel(**args)
-    except CudaJitReached:
-        if not _off_cuda(context):
-            raise
-        write_ref.launch_canary_write_kernel_torch_reference(**args)
 
 
 def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token) -> None:
     """SGLang's verify launcher; its torch reference where the release would need CUDA."""
-    args = dict(context=context, plan=plan, check_verify_expected_token=check_verify_expected_token)
-    try:
-        verify.launch_canary_verify_kernel(**args)
-    except CudaJitReached:
-        if not _off_cuda(context):
-            raise
-        verify_ref.launch_canary_verify_kernel_torch_reference(**args)
+    args = dict(locals())  # the keyword arguments, as given
+    _or_reference(
+        verify.launch_canary_verify_kernel,
+        verify_ref.launch_canary_verify_kernel_torch_reference,
+        args,
+    )
 
 
 def _slot_hashes(sources: tuple, mode, slots: list[int]) -> list[int]:
@@ -433,43 +431,33 @@ PLAN_PATH_TAKEN = (
 __version__ += f"; plan on CPU: {PLAN_PATH_TAKEN}; scatter: its Triton kernel (interpreted on CPU)"
 
 
-def _reference_entries(
-    *,
-    verify_plan_out,
-    req_pool_indices,
-    prefix_lens,
-    req_to_token,
-    swa_window_size,
-    full_to_swa_index_mapping,
-    verify_capacity,
-    req_to_verify_expected_tokens,
-    req_to_verify_expected_tokens_valid_lens,
-    kv_token_id_vs_position_offset,
-    **unused,
-) -> None:
+def _reference_entries(args: dict) -> None:
     """What SGLang's CUDA entries kernel does, as its torch reference does it: the verify entries
-    (``plan_ref._materialize_verify_entries``, given its inputs as the reference's launcher
-    makes them), written only when they fit, as the offsets kernel's ``enable`` says."""
+    (``plan_ref._materialize_verify_entries``, given the plan launch's ``args`` as the
+    reference's launcher makes them), written only when they fit, as the offsets kernel's
+    ``enable`` says."""
     cpu = torch.device("cpu")
 
-    def host(tensor):
+    def host(name):
+        tensor = args[name]
         return None if tensor is None else tensor.detach().to(device=cpu, dtype=torch.int64)
 
+    lut = args["full_to_swa_index_mapping"]
     plan_ref._materialize_verify_entries(
-        verify_plan_out=verify_plan_out,
-        req_pool_indices_host=host(req_pool_indices),
-        prefix_lens_host=host(prefix_lens),
-        req_to_token_host=host(req_to_token),
-        swa_window_size=swa_window_size,
-        lut=None if full_to_swa_index_mapping is None else full_to_swa_index_mapping.to(cpu),
-        verify_capacity=verify_capacity,
+        verify_plan_out=args["verify_plan_out"],
+        req_pool_indices_host=host("req_pool_indices"),
+        prefix_lens_host=host("prefix_lens"),
+        req_to_token_host=host("req_to_token"),
+        swa_window_size=args["swa_window_size"],
+        lut=None if lut is None else lut.to(cpu),
+        verify_capacity=args["verify_capacity"],
         work_device=cpu,
-        bs=int(req_pool_indices.shape[0]),
-        expected_token_pool_host=host(req_to_verify_expected_tokens),
+        bs=int(args["req_pool_indices"].shape[0]),
+        expected_token_pool_host=host("req_to_verify_expected_tokens"),
         req_to_verify_expected_tokens_valid_lens_host=host(
-            req_to_verify_expected_tokens_valid_lens
+            "req_to_verify_expected_tokens_valid_lens"
         ),
-        kv_token_id_vs_position_offset=int(kv_token_id_vs_position_offset),
+        kv_token_id_vs_position_offset=int(args["kv_token_id_vs_position_offset"]),
     )
 
 
@@ -489,20 +477,7 @@ def launch_canary_plan_kernels(
     kv_token_id_vs_position_offset,
 ) -> None:
     """SGLang's plan launcher; on CPU tensors the path ``PLAN_PATH_TAKEN`` names."""
-    args = dict(
-        verify_plan_out=verify_plan_out,
-        write_plan_out=write_plan_out,
-        req_pool_indices=req_pool_indices,
-        prefix_lens=prefix_lens,
-        extend_seq_lens=extend_seq_lens,
-        req_to_token=req_to_token,
-        swa_window_size=swa_window_size,
-        full_to_swa_index_mapping=full_to_swa_index_mapping,
-        verify_capacity=verify_capacity,
-        req_to_verify_expected_tokens=req_to_verify_expected_tokens,
-        req_to_verify_expected_tokens_valid_lens=req_to_verify_expected_tokens_valid_lens,
-        kv_token_id_vs_position_offset=kv_token_id_vs_position_offset,
-    )
+    args = dict(locals())  # the keyword arguments, as given
     device = getattr(getattr(verify_plan_out, "verify_slot_indices", None), "device", None)
     if getattr(device, "type", None) == "cuda":
         plan_api.launch_canary_plan_kernels(**args)
@@ -514,14 +489,12 @@ def launch_canary_plan_kernels(
         with _watched("launch_canary_plan_kernels", **args), _interpreted_language():
             _kernels_path_plan()(**args)
     except CudaJitReached:
-        _reference_entries(**args)
+        _reference_entries(args)
 
 
 def launch_scatter_req_token_ids_kernel(*, flat_in, offsets, req_pool_indices, pool_out) -> None:
     """SGLang's scatter launcher, its Triton kernel interpreted for CPU tensors."""
-    args = dict(
-        flat_in=flat_in, offsets=offsets, req_pool_indices=req_pool_indices, pool_out=pool_out
-    )
+    args = dict(locals())  # the keyword arguments, as given
     device = getattr(pool_out, "device", None)
     if getattr(device, "type", None) == "cuda":
         scatter.launch_scatter_req_token_ids_kernel(**args)
