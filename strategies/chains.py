@@ -250,13 +250,18 @@ def _canary_worlds(
 
 
 @dataclass(frozen=True)
-class WriteRequest:
-    """One request of a write plan: its seed and its entries (``slot < 0`` = skipped entry)."""
+class _SeededEntries:
+    """A slot to continue (``seed``) and entries after it: parallel slots, tokens, positions."""
 
     seed: int
     slots: tuple[int, ...]
     tokens: tuple[int, ...]
     positions: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class WriteRequest(_SeededEntries):
+    """One request of a write plan: its seed and its entries (``slot < 0`` = skipped entry)."""
 
 
 @dataclass(frozen=True)
@@ -317,13 +322,8 @@ class WriteBatch:
 
 
 @dataclass(frozen=True)
-class Chain:
+class Chain(_SeededEntries):
     """A written sequence: the slot it continues (``seed``, -1 for the anchor) and its entries."""
-
-    seed: int
-    slots: tuple[int, ...]
-    tokens: tuple[int, ...]
-    positions: tuple[int, ...]
 
 
 def chains_written(batch: WriteBatch) -> tuple[Chain, ...]:
