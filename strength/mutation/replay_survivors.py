@@ -151,7 +151,9 @@ def load_triage(path: str | Path) -> dict:
 
 def session_mutants(session: str) -> dict[tuple[str, int], dict]:
     """Every mutant of the session database: (operator, occurrence) -> its module, first line
-    and outcome (``survived``, ``killed``, ``incompetent``, or None while pending)."""
+    and outcome (``survived``, ``killed``, ``incompetent``, or None while pending).
+
+    cosmic-ray stores an outcome by its enum's name (``SURVIVED``); it is read in lower case."""
     if not Path(session).is_file():
         raise FileNotFoundError(session)
     with contextlib.closing(sqlite3.connect(f"file:{session}?mode=ro", uri=True)) as db:
@@ -164,7 +166,7 @@ def session_mutants(session: str) -> dict[tuple[str, int], dict]:
         (operator, occurrence): {
             "module": Path(module).as_posix(),
             "line": line,
-            "outcome": outcome,
+            "outcome": outcome.lower() if outcome is not None else None,
         }
         for operator, occurrence, module, line, outcome in rows
     }

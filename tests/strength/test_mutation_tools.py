@@ -131,7 +131,8 @@ def replay_tool():
 
 def fabricated_session(path: Path, module: str, mutants: list[tuple[str, int, str | None]]):
     """A session database with cosmic-ray 8.7's tables, holding ``mutants``: (operator,
-    occurrence, outcome), the outcome None for a mutant still pending."""
+    occurrence, outcome), the outcome None for a mutant still pending. Outcomes are stored as
+    cosmic-ray stores them, by the enum's name (``SURVIVED``, ``KILLED``)."""
     db = sqlite3.connect(path)
     db.executescript(
         """
@@ -155,7 +156,9 @@ def fabricated_session(path: Path, module: str, mutants: list[tuple[str, int, st
             (module, operator, occurrence, 10 + row, 10 + row, job),
         )
         if outcome is not None:
-            db.execute("INSERT INTO work_results VALUES ('normal', '', ?, '', ?)", (outcome, job))
+            db.execute(
+                "INSERT INTO work_results VALUES ('NORMAL', '', ?, '', ?)", (outcome.upper(), job)
+            )
     db.commit()
     db.close()
 
