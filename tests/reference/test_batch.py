@@ -130,9 +130,13 @@ def test_scatter_cuts_to_32_bits_and_drops_tokens_past_the_row():
     ("offsets", "rows", "error", "words"),
     [
         ([1, 3, 8], [1, 2], ValueError, "offsets must start at 0"),
+        ([-1, 3, 8], [1, 2], ValueError, "offsets must start at 0"),
         ([0, 9, 8], [1, 2], ValueError, "never decrease"),
         ([0, 3, 7], [1, 2], ValueError, "end at flat_in's length 8"),
+        ([0, 3, 9], [1, 2], ValueError, "end at flat_in's length 8"),
         ([0, 3, 8], [1, 3], IndexError, "req_pool_indices[1]=3 is outside pool_out's 3 rows"),
+        ([0, 7, 8], [1, -1], IndexError, "req_pool_indices[1]=-1 is outside pool_out's 3 rows"),
+        ([0, 3, 8], [1, 5], IndexError, "req_pool_indices[1]=5 is outside pool_out's 3 rows"),
         ([0, 3], [1, 2], ValueError, "offsets length 2 != bs+1 (3)"),
     ],
 )
@@ -145,3 +149,13 @@ def test_scatter_refusals_write_nothing(offsets, rows, error, words):
         )  # fmt: skip
     assert words in str(caught.value)
     assert (pool == 9).all()
+
+
+def test_scatter_a_request_without_tokens_names_any_row():
+    """S11 holds for requests that own a token: one without names no row it must fit."""
+    pool = np.full((3, 4), 9, dtype=np.int32)
+    reference.scatter(
+        flat_in=np.array([5, 6], dtype=np.int64), offsets=np.array([0, 0, 2, 2]),
+        req_pool_indices=np.array([7, 1, -1]), pool_out=pool,
+    )  # fmt: skip
+    assert pool.tolist() == [[9, 9, 9, 9], [5, 6, 9, 9], [9, 9, 9, 9]]
