@@ -125,7 +125,12 @@ FAST_FIRST = (
 
 # Modules of stored vectors (golden and CONTRACT §2): --properties-only leaves them out, to
 # measure what the properties alone catch.
-VECTOR_MODULES = ("test_golden.py", "test_golden_plan.py", "test_golden_scale.py", "test_spec_vectors.py")
+VECTOR_MODULES = (
+    "test_golden.py",
+    "test_golden_plan.py",
+    "test_golden_scale.py",
+    "test_spec_vectors.py",
+)
 
 # Tests every mutant's run includes, the tour: together they call every entry point, in under
 # a second (RealKvSource accepting and refusing, fingerprint in every mode, both plans'
