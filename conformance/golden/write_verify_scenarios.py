@@ -113,6 +113,10 @@ def check_steps(world: CanaryWorld, steps) -> None:
             raise ValueError(f"slot out of range in {step!r}")
 
 
+#: The op of each kind of step written by hand (``preset`` serves the scale scenarios only).
+_OPS = {WriteBatch: "write", Corruption: "corrupt", VerifyBatch: "verify"}
+
+
 def _scenario(vid: str, what: str, world: CanaryWorld, steps) -> dict:
     check_steps(world, steps)
     return {
@@ -128,7 +132,8 @@ def write_verify_scenarios() -> list[dict]:
     out = []
 
     def add(vid, what, world, *steps):
-        out.append(_scenario(vid, what, world, list(steps)))
+        """A scenario of ``steps``, each named by its kind: a write, a corruption or a verify."""
+        out.append(_scenario(vid, what, world, [(_OPS[type(step)], step) for step in steps]))
 
     # Clean runs.
     w = _write(_request(-1, (3, 5, 7, 2), tokens=(11, 2**40 + 1, INT64_MIN, -1)))
@@ -136,8 +141,8 @@ def write_verify_scenarios() -> list[dict]:
         "wv-anchor-chain-clean",
         "one chain from the anchor, then its exact verify: no report",
         _world(),
-        ("write", w),
-        ("verify", _exact(w)),
+        w,
+        _exact(w),
     )
     w1 = _write(_request(-1, (1, 4), first_position=10), _request(-1, (6,)))
     w2 = _write(
@@ -149,9 +154,9 @@ def write_verify_scenarios() -> list[dict]:
         "wv-seeded-continuation-clean",
         "two chains continued from their tails in a second launch, one new: no report",
         _world(seed=2),
-        ("write", w1),
-        ("write", w2),
-        ("verify", _exact(w1, w2)),
+        w1,
+        w2,
+        _exact(w1, w2),
     )
 
     # Write asserts.
@@ -159,21 +164,15 @@ def write_verify_scenarios() -> list[dict]:
         "wv-input-assert-mismatches",
         "input assert: one clean entry, then token, position and both mismatching",
         _world(seed=3, kernel_kind=1),
-        (
-            "write",
-            _write(_request(-1, (2, 3, 4, 5)), mismatches={1: "token", 2: "position", 3: "both"}),
-        ),
+        _write(_request(-1, (2, 3, 4, 5)), mismatches={1: "token", 2: "position", 3: "both"}),
     )
     w1 = _write(_request(-1, (2, 3), first_position=100))
     add(
         "wv-input-and-position-assert",
         "a seeded entry failing its input assert and its chain position assert: two rows",
         _world(seed=4, kernel_kind=2),
-        ("write", w1),
-        (
-            "write",
-            _write(_request(3, (5, 6), positions=(103, 104)), mismatches={0: "position"}),
-        ),
+        w1,
+        _write(_request(3, (5, 6), positions=(103, 104)), mismatches={0: "position"}),
     )
     w1 = _write(_request(-1, (2, 3), first_position=100))
     jumps = _request(3, (5, -1, 6, 7, 8), positions=(103, 999, 103, 104, 50))
@@ -199,14 +198,14 @@ def write_verify_scenarios() -> list[dict]:
             vid,
             what,
             _world(seed=5, chain_assert=chain_assert),
-            ("write", w1),
-            ("write", _write(jumps)),
+            w1,
+            _write(jumps),
         )
     add(
         "wv-position-assert-anchor-is-off",
         "a request from the anchor never checks positions, whatever they are",
         _world(seed=6),
-        ("write", _write(_request(-1, (1, 2, 3), positions=(5, 5, -7)))),
+        _write(_request(-1, (1, 2, 3), positions=(5, 5, -7))),
     )
     w1 = _write(_request(-1, (1, 2), positions=(INT64_MAX - 1, INT64_MAX)))
     w2 = _write(
@@ -217,43 +216,38 @@ def write_verify_scenarios() -> list[dict]:
         "wv-position-wrap",
         "the successor of 2**63-1 is -2**63; a fork at 0 expects -2**63; then a clean verify",
         _world(seed=7),
-        ("write", w1),
-        ("write", w2),
-        ("verify", _exact(w1, w2)),
+        w1,
+        w2,
+        _exact(w1, w2),
     )
 
     # The ring.
     w = _write(_request(-1, (1, 2, 3, 4, 5, 6), first_position=20))
     bad = _exact(w)
     bad = dataclasses.replace(bad, expected_positions=tuple(p ^ 1 for p in bad.expected_positions))
-    add(
-        "wv-ring-overflow",
-        "six violations into a 3-row ring at index 1: two stored, the index counts to 7",
-        _world(seed=8, ring_capacity=3, ring_start=1),
-        ("write", w),
-        ("verify", bad),
-    )
-    add(
-        "wv-ring-full",
-        "a full ring (index == capacity): nothing stored, the index still counts",
-        _world(seed=9, ring_capacity=4, ring_start=4),
-        ("write", w),
-        ("verify", bad),
-    )
-    add(
-        "wv-ring-past-capacity",
-        "an index already past the capacity keeps counting",
-        _world(seed=10, ring_capacity=4, ring_start=7),
-        ("write", w),
-        ("verify", bad),
-    )
-    add(
-        "wv-ring-negative-start",
-        "a write index driven to -2: the indices below 0 store nothing and keep counting",
-        _world(seed=35, ring_capacity=4, ring_start=-2),
-        ("write", w),
-        ("verify", bad),
-    )
+    for vid, what, world in (
+        (
+            "wv-ring-overflow",
+            "six violations into a 3-row ring at index 1: two stored, the index counts to 7",
+            _world(seed=8, ring_capacity=3, ring_start=1),
+        ),
+        (
+            "wv-ring-full",
+            "a full ring (index == capacity): nothing stored, the index still counts",
+            _world(seed=9, ring_capacity=4, ring_start=4),
+        ),
+        (
+            "wv-ring-past-capacity",
+            "an index already past the capacity keeps counting",
+            _world(seed=10, ring_capacity=4, ring_start=7),
+        ),
+        (
+            "wv-ring-negative-start",
+            "a write index driven to -2: the indices below 0 store nothing and keep counting",
+            _world(seed=35, ring_capacity=4, ring_start=-2),
+        ),
+    ):
+        add(vid, what, world, w, bad)
     two_bad = _exact(w)
     two_bad = dataclasses.replace(
         two_bad,
@@ -266,14 +260,14 @@ def write_verify_scenarios() -> list[dict]:
         "a write index at -1 and two violations: index -1 stores nothing (the ring's last row "
         "stays as it was), index 0 stores its row",
         _world(seed=40, ring_capacity=4, ring_start=-1),
-        ("write", w),
-        ("verify", two_bad),
+        w,
+        two_bad,
     )
     add(
         "wv-ring-capacity-0",
         "a ring of no rows: write assert violations are only counted",
         _world(seed=11, ring_capacity=0),
-        ("write", _write(_request(-1, (2, 3, 4)), mismatches={0: "both", 2: "token"})),
+        _write(_request(-1, (2, 3, 4)), mismatches={0: "both", 2: "token"}),
     )
 
     # num_valid, enable, padding.
@@ -281,31 +275,25 @@ def write_verify_scenarios() -> list[dict]:
         "wv-write-num-valid-above-capacity",
         "write_num_valid_reqs 4 of capacity 2 clamps to 2",
         _world(seed=12),
-        ("write", _write(_request(-1, (1, 2)), _request(-1, (3,)), num_valid=4)),
+        _write(_request(-1, (1, 2)), _request(-1, (3,)), num_valid=4),
     )
     add(
         "wv-write-num-valid-negative",
         "write_num_valid_reqs -1: nothing written or asserted, only the launch counted",
         _world(seed=13),
-        (
-            "write",
-            _write(_request(-1, (1, 2)), _request(-1, (3,)), num_valid=-1, mismatches={0: "token"}),
-        ),
+        _write(_request(-1, (1, 2)), _request(-1, (3,)), num_valid=-1, mismatches={0: "token"}),
     )
     add(
         "wv-write-num-valid-partial-and-padding",
         "1 of 3 requests valid, then padding entries no request covers: never written",
         _world(seed=14),
-        (
-            "write",
-            _write(
-                _request(-1, (1, 2)),
-                _request(-1, (3, 4)),
-                _request(-1, (5,)),
-                num_valid=1,
-                padding=((6, 77, 0), (7, 78, 0)),
-                mismatches={2: "token", 5: "both"},
-            ),
+        _write(
+            _request(-1, (1, 2)),
+            _request(-1, (3, 4)),
+            _request(-1, (5,)),
+            num_valid=1,
+            padding=((6, 77, 0), (7, 78, 0)),
+            mismatches={2: "token", 5: "both"},
         ),
     )
     w1 = _write(
@@ -318,35 +306,34 @@ def write_verify_scenarios() -> list[dict]:
         "wv-write-skipped-and-empty-requests",
         "-1 entries neither write nor advance the chain or prev position; empty requests skip",
         _world(seed=15),
-        ("write", w1),
-        ("write", w2),
-        ("verify", _exact(w1, w2)),
+        w1,
+        w2,
+        _exact(w1, w2),
     )
-    w = _write(_request(-1, (1, 2)), _request(4, (5, 6)), _request(-1, ()))
-    add(
-        "wv-write-empty-last-request",
-        "the last request is empty: it writes nothing, and reads no entry (its start is the "
-        "end of the arrays)",
-        _world(seed=37),
-        ("write", _write(_request(-1, (4,)))),
-        ("write", w),
-        ("verify", _exact(w)),
-    )
-    w = _write(
-        _request(-1, (3, 4)),
-        _request(1, (5,), first_position=9),
-        leading=((6, 66, 0), (7, 67, 1)),
-        mismatches={0: "both", 2: "token"},
-    )
-    add(
-        "wv-write-offsets-start-past-0",
-        "write_offsets starts at 2: the two entries before the first request are never "
-        "written, checked or counted",
-        _world(seed=38),
-        ("write", _write(_request(-1, (1,)))),
-        ("write", w),
-        ("verify", _exact(w)),
-    )
+    # a one-slot write lays down the seed a request of ``w`` continues, then ``w`` is verified
+    for vid, what, seed, w in (
+        (
+            "wv-write-empty-last-request",
+            "the last request is empty: it writes nothing, and reads no entry (its start is the "
+            "end of the arrays)",
+            37,
+            _write(_request(-1, (1, 2)), _request(4, (5, 6)), _request(-1, ())),
+        ),
+        (
+            "wv-write-offsets-start-past-0",
+            "write_offsets starts at 2: the two entries before the first request are never "
+            "written, checked or counted",
+            38,
+            _write(
+                _request(-1, (3, 4)),
+                _request(1, (5,), first_position=9),
+                leading=((6, 66, 0), (7, 67, 1)),
+                mismatches={0: "both", 2: "token"},
+            ),
+        ),
+    ):
+        seeds = [r.seed for r in w.requests if r.seed >= 0]
+        add(vid, what, _world(seed=seed), _write(_request(-1, seeds)), w, _exact(w))
     w = _write(_request(-1, (1, 2, 3), first_position=40))
     entries = st_kv.plan_for_chains(st_kv.chains_written(w))
     wrong = [(s, t, p ^ 4, prev) for s, t, p, prev in entries]
@@ -354,26 +341,23 @@ def write_verify_scenarios() -> list[dict]:
         "wv-verify-num-valid-clamp",
         "verify_num_valid 9 of 3 entries clamps to 3; -2 verifies nothing",
         _world(seed=16),
-        ("write", w),
-        ("verify", _verify(wrong, num_valid=9)),
-        ("verify", _verify(wrong, num_valid=-2)),
+        w,
+        _verify(wrong, num_valid=9),
+        _verify(wrong, num_valid=-2),
     )
     add(
         "wv-verify-disabled",
         "enable 0: only kernel_run_counter moves, even with slots no buffer has",
         _world(seed=17),
-        ("write", w),
-        (
-            "verify",
-            _verify([(99, 5, 7, 2**40), (-3, 5, 7, 12), (1, 5, 7, -9)], num_valid=3, enable=0),
-        ),
+        w,
+        _verify([(99, 5, 7, 2**40), (-3, 5, 7, 12), (1, 5, 7, -9)], num_valid=3, enable=0),
     )
     add(
         "wv-verify-enable-2",
         "enable 2 runs like 1",
         _world(seed=18),
-        ("write", w),
-        ("verify", _verify(wrong, enable=2)),
+        w,
+        _verify(wrong, enable=2),
     )
     w = _write(_request(-1, (0, 3, 4), first_position=8))
     e = st_kv.plan_for_chains(st_kv.chains_written(w))
@@ -381,18 +365,15 @@ def write_verify_scenarios() -> list[dict]:
         "wv-slot-0-padding",
         "slot 0 is written like any slot; verify skips it (counted) and prev 0 checks no chain",
         _world(seed=19),
-        ("write", w),
-        (
-            "verify",
-            _verify(
-                [
-                    (0, 123, 999, -1),
-                    e[1],
-                    (e[2][0], e[2][1], e[2][2] ^ 1, e[2][3]),
-                    (0, -1, 0, 0),
-                    (0, -1, 0, 0),
-                ]
-            ),
+        w,
+        _verify(
+            [
+                (0, 123, 999, -1),
+                e[1],
+                (e[2][0], e[2][1], e[2][2] ^ 1, e[2][3]),
+                (0, -1, 0, 0),
+                (0, -1, 0, 0),
+            ]
         ),
     )
     w = _write(_request(-1, (2, 3), first_position=5))
@@ -401,11 +382,8 @@ def write_verify_scenarios() -> list[dict]:
         "wv-verify-one-checked-entry-reports",
         "the plan's one checked entry (the others are padding) has a wrong position: reported",
         _world(seed=39),
-        ("write", w),
-        (
-            "verify",
-            _verify([(0, -1, 0, 0), (e[1][0], e[1][1], e[1][2] ^ 1, e[1][3]), (0, -1, 0, 0)]),
-        ),
+        w,
+        _verify([(0, -1, 0, 0), (e[1][0], e[1][1], e[1][2] ^ 1, e[1][3]), (0, -1, 0, 0)]),
     )
 
     # Verify plans.
@@ -415,10 +393,10 @@ def write_verify_scenarios() -> list[dict]:
         "wv-verify-prev-slot-variants",
         "prev -1 and -2 expect the anchor, prev 0 is unchecked, after a prev_hash bit flip",
         _world(seed=20),
-        ("write", w),
-        ("corrupt", Corruption("field", slot=3, field=2, bit=5)),
-        ("verify", _verify([(2, *e[0][1:3], -1), e[1], (4, *e[2][1:3], 0), e[3]])),
-        ("verify", _verify([(2, *e[0][1:3], -2), (3, *e[1][1:3], 0), e[2], (5, *e[3][1:3], 0)])),
+        w,
+        Corruption("field", slot=3, field=2, bit=5),
+        _verify([(2, *e[0][1:3], -1), e[1], (4, *e[2][1:3], 0), e[3]]),
+        _verify([(2, *e[0][1:3], -2), (3, *e[1][1:3], 0), e[2], (5, *e[3][1:3], 0)]),
     )
     tokens_plan = [
         (e[0][0], e[0][1] ^ 4, *e[0][2:]),
@@ -434,18 +412,15 @@ def write_verify_scenarios() -> list[dict]:
             vid,
             what,
             _world(seed=21, kernel_kind=5),
-            ("write", w),
-            ("verify", _verify(tokens_plan, check_token=check)),
+            w,
+            _verify(tokens_plan, check_token=check),
         )
     add(
         "wv-verify-token-check-negative",
         "expected tokens -2 and INT64_MIN are checked like any other; only -1 means unchecked",
         _world(seed=36, kernel_kind=5),
-        ("write", w),
-        (
-            "verify",
-            _verify([(e[0][0], -2, *e[0][2:]), (e[1][0], INT64_MIN, *e[1][2:]), *e[2:]]),
-        ),
+        w,
+        _verify([(e[0][0], -2, *e[0][2:]), (e[1][0], INT64_MIN, *e[1][2:]), *e[2:]]),
     )
     w = _write(
         _request(-1, (1, 2, 3), tokens=(INT64_MIN, INT64_MAX, 0), first_position=-3),
@@ -455,8 +430,8 @@ def write_verify_scenarios() -> list[dict]:
         "wv-extreme-tokens",
         "tokens at the int64 edges, -1 and 0 round-trip and verify clean",
         _world(seed=22),
-        ("write", w),
-        ("verify", _exact(w)),
+        w,
+        _exact(w),
     )
 
     # Corruptions of two written chains.
@@ -467,8 +442,7 @@ def write_verify_scenarios() -> list[dict]:
 
     def corrupted(vid, what, world, *corruption):
         """A scenario that writes both chains, corrupts, then verifies both exactly."""
-        steps = [("corrupt", one) for one in corruption]
-        add(vid, what, world, ("write", two_chains), *steps, ("verify", _exact(two_chains)))
+        add(vid, what, world, two_chains, *corruption, _exact(two_chains))
 
     # one bit of each canary field: (field, slot, bit)
     for field, (slot, bit) in enumerate(((2, 0), (6, 63), (7, 17), (1, 40))):
@@ -505,18 +479,17 @@ def write_verify_scenarios() -> list[dict]:
         _world(seed=23, ring_capacity=16, kernel_kind=3),
         *[Corruption("kv_outside", source=0, offset=o, value=0xFF) for o in unread],
     )
-    corrupted(
-        "wv-corrupt-kv-byte-partial",
-        "PARTIAL: byte 15 of slot 5's window is read and reported",
-        _world(seed=24, mode=1, ring_capacity=16),
-        Corruption("kv_inside", slot=5, source=0, offset=_window_byte(_KV, 5, 15), value=1),
-    )
-    corrupted(
-        "wv-corrupt-kv-byte-past-16-partial",
-        "PARTIAL: byte 16 of slot 5's window is not read: no report",
-        _world(seed=24, mode=1, ring_capacity=16),
-        Corruption("kv_outside", slot=5, source=0, offset=_window_byte(_KV, 5, 16), value=1),
-    )
+    # PARTIAL reads the first 16 bytes of a slot's window
+    for vid, what, kind, byte in (
+        ("wv-corrupt-kv-byte-partial", "is read and reported", "kv_inside", 15),
+        ("wv-corrupt-kv-byte-past-16-partial", "is not read: no report", "kv_outside", 16),
+    ):
+        corrupted(
+            vid,
+            f"PARTIAL: byte {byte} of slot 5's window {what}",
+            _world(seed=24, mode=1, ring_capacity=16),
+            Corruption(kind, slot=5, source=0, offset=_window_byte(_KV, 5, byte), value=1),
+        )
     corrupted(
         "wv-mode-none-kv-byte",
         "mode NONE stores real_kv_hash 0 and reads no KV byte: a changed byte is not reported",
@@ -563,9 +536,9 @@ def write_verify_scenarios() -> list[dict]:
         "wv-slot-stride-64-partial",
         "64-byte canary slots in PARTIAL mode, with a stale record",
         _world(seed=30, slot_stride_bytes=64, mode=1, ring_capacity=16),
-        ("write", two_chains),
-        ("corrupt", Corruption("stale", slot=6, other=2)),
-        ("verify", _exact(two_chains, check_token=False)),
+        two_chains,
+        Corruption("stale", slot=6, other=2),
+        _exact(two_chains, check_token=False),
     )
 
     # Edges found by mutation testing (strength/mutation/survivors/).
@@ -575,14 +548,14 @@ def write_verify_scenarios() -> list[dict]:
         "a chain continued from slot 0, a real slot (only a negative seed is the anchor), "
         "with one position jump",
         _world(seed=31),
-        ("write", w1),
-        ("write", _write(_request(0, (5, 6), positions=(51, 60)))),
+        w1,
+        _write(_request(0, (5, 6), positions=(51, 60))),
     )
     add(
         "wv-input-assert-expected-positions-above",
         "input assert: expected positions above the given ones are reported too",
         _world(seed=32),
-        ("write", _write(_request(-1, (2, 3, 4)), mismatches={0: "position", 1: "both"})),
+        _write(_request(-1, (2, 3, 4)), mismatches={0: "position", 1: "both"}),
     )
     w = _write(_request(-1, (1, 2, 3), first_position=40))
     wrong = [
@@ -592,15 +565,15 @@ def write_verify_scenarios() -> list[dict]:
         "wv-verify-enable-minus-1",
         "enable -1 runs like 1 (any value but 0)",
         _world(seed=33),
-        ("write", w),
-        ("verify", _verify(wrong, enable=-1)),
+        w,
+        _verify(wrong, enable=-1),
     )
     add(
         "wv-verify-past-one-program",
         "133 plan entries, two programs of 128: the reported entries are in the second",
         _world(seed=34),
-        ("write", w),
-        ("verify", _verify([(0, -1, 0, 0)] * 130 + wrong)),
+        w,
+        _verify([(0, -1, 0, 0)] * 130 + wrong),
     )
     return out
 
