@@ -16,7 +16,7 @@ POOL = np.array([[0] * 6, [101, 102, 103, 104, 105, 106], [201, 202, 203, 204, 2
 
 
 def run(rows, prefix, extend, *, capacity=16, write_capacity=4, window=0, lut=None, pool=None,
-        valid=None, offset=0):  # fmt: skip
+        valid=None, offset=0, verify_capacity=None, table=TABLE):  # fmt: skip
     verify = reference.VerifyPlan.allocate(verify_capacity=capacity)
     verify.verify_slot_indices[:] = -7
     write = reference.WritePlan.allocate(write_req_capacity=write_capacity)
@@ -24,8 +24,9 @@ def run(rows, prefix, extend, *, capacity=16, write_capacity=4, window=0, lut=No
     write.write_seed_slot_indices[:] = -8
     reference.plan(
         verify, write, req_pool_indices=np.array(rows), prefix_lens=np.array(prefix),
-        extend_seq_lens=np.array(extend), req_to_token=TABLE, swa_window_size=window,
-        full_to_swa_index_mapping=lut, verify_capacity=capacity,
+        extend_seq_lens=np.array(extend), req_to_token=table, swa_window_size=window,
+        full_to_swa_index_mapping=lut,
+        verify_capacity=capacity if verify_capacity is None else verify_capacity,
         req_to_verify_expected_tokens=pool, req_to_verify_expected_tokens_valid_lens=valid,
         kv_token_id_vs_position_offset=offset,
     )  # fmt: skip
@@ -159,3 +160,107 @@ def test_scatter_a_request_without_tokens_names_any_row():
         req_pool_indices=np.array([7, 1, -1]), pool_out=pool,
     )  # fmt: skip
     assert pool.tolist() == [[9, 9, 9, 9], [5, 6, 9, 9], [9, 9, 9, 9]]
+
+
+# Each rule's edges, with the contract's exact messages (CONTRACT §12).
+P2 = "requires full_to_swa_index_mapping when swa_window_size > 0"
+POOL_3x6 = np.arange(1, 19, dtype=np.int32).reshape(3, 6)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        # P2 from a window of 1; a negative window without a table is P8, not P2
+        (dict(window=1), ValueError, "kv-canary: launch_canary_plan_kernels " + P2),
+        (dict(window=-1), ValueError, "kv-canary: launch_canary_plan_kernels swa_window_size must be >= 0, got -1"),
+        # P5 both ways
+        (dict(verify_capacity=15), ValueError, "kv-canary: launch_canary_plan_kernels verify_capacity=15 does not match verify_plan_out.verify_slot_indices.shape[0]=16"),
+        (dict(verify_capacity=17), ValueError, "kv-canary: launch_canary_plan_kernels verify_capacity=17 does not match verify_plan_out.verify_slot_indices.shape[0]=16"),
+    ],
+)  # fmt: skip
+def test_window_and_capacity_refusals_at_their_edges(kwargs, error, message):
+    with pytest.raises(error) as caught:
+        run([1, 2], [5, 2], [1, 1], **kwargs)
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(
+    ("rows", "prefix", "valid", "error", "message"),
+    [
+        ([1, 5], [1, 1], None, IndexError, "kv-canary: req_pool_indices[1]=5 is outside req_to_token's 3 rows"),
+        ([-1, 2], [1, 1], None, IndexError, "kv-canary: req_pool_indices[0]=-1 is outside req_to_token's 3 rows"),
+        # the first broken row is named, and P11 is checked, from one past the row
+        ([1, 2], [7, 9], None, ValueError, "kv-canary: prefix_lens[0]=7 exceeds req_to_token's row of 6 entries"),
+        # a prefix of the whole row is taken; its pool's valid length past the row is P12
+        ([1, 2], [6, 1], [7, 0], ValueError, "kv-canary: req_to_verify_expected_tokens_valid_lens[0]=7 exceeds req_to_verify_expected_tokens's row of 6 entries"),
+    ],
+)  # fmt: skip
+def test_row_refusals_name_the_first_broken_row_exactly(rows, prefix, valid, error, message):
+    pool = None if valid is None else POOL_3x6
+    with pytest.raises(error) as caught:
+        run(rows, prefix, [1, 1], pool=pool, valid=None if valid is None else np.array(valid))
+    assert str(caught.value) == message
+
+
+def test_a_prefix_of_the_whole_row_is_taken():
+    verify, _ = run([1], [6], [0])
+    assert int(verify.verify_num_valid[0]) == 6
+
+
+def test_a_slot_far_past_the_swa_table_is_refused():
+    """A slot two past the table's end (none at its end) is refused as P13 says."""
+    table = TABLE.copy()
+    table[1, :3] = [11, 13, 9]
+    with pytest.raises(ValueError) as caught:
+        run([1], [2], [1], table=table, window=4, lut=np.arange(12, dtype=np.int64))
+    assert str(caught.value) == (
+        "kv-canary: SWA slot 13 is outside full_to_swa_index_mapping length 12"
+    )
+
+
+def test_slot_0_is_translated_like_any_slot():
+    """T(s) = lut[s] for every s >= 0: the padding slot too."""
+    table = TABLE.copy()
+    table[1, :3] = [11, 0, 13]
+    lut = np.arange(30, dtype=np.int64) * 2
+    lut[0] = 7
+    verify, write = run([1], [3], [1], table=table, window=5, lut=lut)
+    assert verify.verify_slot_indices[:3].tolist() == [22, 7, 26]
+    assert verify.verify_prev_slot_indices[:3].tolist() == [-1, 22, 7]
+    assert write.write_seed_slot_indices[0] == 26
+
+
+def test_a_negative_offset_reads_no_token_before_the_row():
+    verify, _ = run([1], [3], [1], pool=POOL, valid=np.array([6]), offset=-1)
+    assert verify.verify_expected_tokens[:3].tolist() == [-1, 101, 102]
+
+
+def test_a_negative_prefix_that_writes_starts_at_the_anchor():
+    _, write = run([1], [-2], [3])
+    assert write.write_offsets[:2].tolist() == [0, 3]
+    assert write.write_seed_slot_indices[0] == -1
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("req_pool_indices", np.array(1), "kv-canary: req_pool_indices must be 1-D, got shape ()"),
+        ("req_pool_indices", np.array([[1, 2]]), "kv-canary: req_pool_indices must be 1-D, got shape (1, 2)"),
+        ("prefix_lens", np.array([1, 2, 3]), "kv-canary: prefix_lens must be [2], got shape (3,)"),
+        ("prefix_lens", np.array([1]), "kv-canary: prefix_lens must be [2], got shape (1,)"),
+        ("extend_seq_lens", np.array(1), "kv-canary: extend_seq_lens must be [2], got shape ()"),
+    ],
+)  # fmt: skip
+def test_per_row_arrays_of_the_wrong_shape_are_refused(name, value, message):
+    arrays = dict(req_pool_indices=np.array([1, 2]), prefix_lens=np.array([1, 2]),
+                  extend_seq_lens=np.array([1, 1]))  # fmt: skip
+    arrays[name] = value
+    with pytest.raises(ValueError) as caught:
+        reference.plan(
+            reference.VerifyPlan.allocate(verify_capacity=4),
+            reference.WritePlan.allocate(write_req_capacity=2), **arrays, req_to_token=TABLE,
+            swa_window_size=0, full_to_swa_index_mapping=None, verify_capacity=4,
+            req_to_verify_expected_tokens=None, req_to_verify_expected_tokens_valid_lens=None,
+            kv_token_id_vs_position_offset=0,
+        )  # fmt: skip
+    assert str(caught.value) == message
