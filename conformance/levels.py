@@ -166,6 +166,8 @@ LEVELS: dict[str, str | tuple[str, ...]] = {
     "test_plan_kernels.py::test_plan_write_verify_over_an_engines_steps_is_clean": CORE,
     "test_plan_kernels.py::test_a_changed_page_table_entry_is_reported_as_the_reference_predicts": CORE,
     "test_plan_kernels.py::test_an_engine_scale_plan_feeds_one_verify_launch": CORE,
+    "test_engine.py::test_engine_histories_agree_with_the_reference_and_report_each_fault": CORE,
+    "test_engine.py::test_each_fault_class_is_reported_where_it_predicts": CORE,
     "test_plan_refusals.py::test_plan_refuses_each_broken_argument": (
         "P1:*",
         "P8:*",

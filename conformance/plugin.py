@@ -579,6 +579,7 @@ MODULE_ORDER = (
     "test_write_verify.py",
     "test_scatter.py",
     "test_plan_kernels.py",
+    "test_engine.py",
 )
 
 
