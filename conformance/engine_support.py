@@ -148,6 +148,13 @@ class OracleRun:
     def sweep(self, sweep: Sweep) -> None:
         self.verify(reference.VerifyPlan(**sweep_plan(sweep)), tokens=False)
 
+    def forward_or_sweep(self, step: Forward | Sweep) -> None:
+        """Run one step of a history (the reference alone)."""
+        if isinstance(step, Sweep):
+            self.sweep(step)
+        else:
+            self.forward(step)
+
     def flip(self, slot: int, byte: int) -> None:
         self.kv[slot, byte] ^= 0xFF
 

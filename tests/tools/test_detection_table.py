@@ -1,0 +1,60 @@
+"""The detection table (docs/DETECTION.md) is up to date, and says what the hash modes promise."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from strategies.engine import FAULT_KINDS, KV_FAULTS
+from tools import detection_table as dt
+
+
+@pytest.fixture(scope="module")
+def results():
+    return {
+        (kind, mode): [dt.trial(kind, mode, i) for i in range(dt.TRIALS)]
+        for kind in FAULT_KINDS
+        for mode in range(3)
+    }
+
+
+def test_the_document_is_up_to_date():
+    assert dt.main(["--check"]) == 0
+
+
+def test_every_class_has_a_place_in_most_histories(results):
+    for key, trials in results.items():
+        assert sum(t is not None for t in trials) >= dt.TRIALS * 3 // 4, key
+
+
+def test_no_history_misses_a_due_report(results):
+    for key, trials in results.items():
+        for t in trials:
+            assert t is None or not t[2], (key, t)
+
+
+def test_mode_all_reports_every_fault_outside_a_sliding_window(results):
+    for kind in FAULT_KINDS:
+        for i, t in enumerate(results[kind, 2]):
+            if t is not None and not dt.trial_config(kind, 2, i).swa_window:
+                assert t[0] is not None, (kind, i)
+
+
+def test_a_kv_byte_is_reported_exactly_where_the_mode_reads_it(results):
+    for kind in KV_FAULTS:
+        for mode, read in ((0, 0), (1, 16), (2, 32)):
+            for i, t in enumerate(results[kind, mode]):
+                if t is None:
+                    continue
+                rng = np.random.default_rng(i)
+                rng.integers(0, 2**10)
+                byte = int(rng.integers(0, 32))
+                assert (t[0] is not None) == (byte < read), (kind, mode, i, byte, t)
+                assert t[1] in (0, 4), (kind, mode, i, t)  # REAL_KV alone
+
+
+def test_no_mode_reads_kv_for_the_other_classes(results):
+    for kind in set(FAULT_KINDS) - set(KV_FAULTS):
+        for mode in range(3):
+            for t in results[kind, mode]:
+                assert t is None or not t[1] & 4, (kind, mode, t)
