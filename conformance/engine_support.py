@@ -164,7 +164,8 @@ class OracleRun:
 
 
 def _tensor(array, device):
-    return None if array is None else torch.from_numpy(np.ascontiguousarray(array)).to(device)
+    """A tensor of its own (never sharing the engine's arrays) on ``device``."""
+    return None if array is None else torch.from_numpy(np.array(array, copy=True)).to(device)
 
 
 class ImplRun:
@@ -192,7 +193,10 @@ class ImplRun:
         self.kv = made.sources[0].tensor
         self.kv.copy_(torch.from_numpy(state.real_kv_sources[0].data))
         self.context = made.context(impl)
+        # an engine keeps one page table, one SWA table and one pool, updated in place
         self.pool = _tensor(engine.pool, device)
+        self.table = _tensor(engine.req_to_token, device)
+        self.lut = _tensor(engine.lut, device)
 
     def plan(self, forward: Forward):
         verify, write = first_plans(forward.verify_capacity, forward.write_req_capacity)
@@ -209,6 +213,11 @@ class ImplRun:
             k: _tensor(v, self.device) if isinstance(v, np.ndarray) else v
             for k, v in forward.plan.items()
         }
+        self.table.copy_(torch.from_numpy(forward.plan["req_to_token"]))
+        args["req_to_token"] = self.table
+        if self.lut is not None:
+            self.lut.copy_(torch.from_numpy(forward.plan["full_to_swa_index_mapping"]))
+            args["full_to_swa_index_mapping"] = self.lut
         self.impl.launch_canary_plan_kernels(
             verify_plan_out=vp, write_plan_out=wp, **args,
             verify_capacity=forward.verify_capacity, req_to_verify_expected_tokens=self.pool,
