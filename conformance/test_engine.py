@@ -35,8 +35,17 @@ pytestmark = pytest.mark.plan
 def engine_sizes() -> dict:
     """Engines on this run's device: a few dozen slots under the interpreter, thousands on a GPU."""
     if profiles.ON_CPU:
-        return dict(max_pages=24, max_context_len=16)
-    return dict(max_pages=2048, max_context_len=512)
+        return dict(max_pages=24, max_context_len=16, max_rows=6)
+    return dict(max_pages=4096, max_context_len=1024, max_rows=64)
+
+
+#: The sizes of a history's steps on this run's device: new prompt tokens, prefill chunks, the
+#: padding rows of a decode batch, and the steps of one history.
+STEP_SIZES = (
+    dict(new_tokens=8, chunk=6, pads=(0, 0, 1, 3), steps=50)
+    if profiles.ON_CPU
+    else dict(new_tokens=512, chunk=256, pads=(0, 0, 1, 3, 31), steps=200)
+)
 
 
 class EngineMachine(RuleBasedStateMachine):
@@ -48,15 +57,14 @@ class EngineMachine(RuleBasedStateMachine):
         self.impl, self.device = impl, device
         self.fault = None
 
-    @initialize(config=engine_configs(**engine_sizes()))
+    @initialize(config=engine_configs(**engine_sizes(), min_slots=32))
     def start(self, config):
         self.engine = Engine(config)
         self.oracle = OracleRun(self.engine)
         self.run_impl = ImplRun(self.impl, self.device, self.engine, self.oracle.state)
-        # a running start: two requests prefilled, each with its first token sampled
-        for _ in range(2):
-            self.engine.admit(config.context_len // 2, share=0)
-        self._run(self.engine.prefill(config.context_len))
+        # a running start: requests prefilled and decoding, one sharing a cached prefix, and a
+        # cached prefix no request uses
+        warm_up(self.engine, self._run)
 
     def _run(self, step) -> None:
         if step is None:
@@ -66,15 +74,15 @@ class EngineMachine(RuleBasedStateMachine):
             what=f"step {self.engine.steps} ({self.engine.log[-1]})", config=self.engine.describe(),
         )  # fmt: skip
 
-    @rule(new_tokens=st.integers(1, 8), share=st.integers(0, 3))
+    @rule(new_tokens=st.integers(1, STEP_SIZES["new_tokens"]), share=st.integers(0, 3))
     def admit(self, new_tokens, share):
         self.engine.admit(new_tokens, share)
 
-    @rule(chunk=st.integers(1, 6))
+    @rule(chunk=st.integers(1, STEP_SIZES["chunk"]))
     def prefill(self, chunk):
         self._run(self.engine.prefill(chunk))
 
-    @rule(pad=st.sampled_from((0, 0, 1, 3)))
+    @rule(pad=st.sampled_from(STEP_SIZES["pads"]))
     def decode(self, pad):
         self._run(self.engine.decode(pad))
 
@@ -129,7 +137,7 @@ def test_engine_histories_agree_with_the_reference_and_report_each_fault(impl, d
     settings = examples(0.3)
     run_state_machine_as_test(
         lambda: EngineMachine(impl, device),
-        settings=hypothesis.settings(settings, stateful_step_count=50),
+        settings=hypothesis.settings(settings, stateful_step_count=STEP_SIZES["steps"]),
     )
 
 

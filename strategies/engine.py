@@ -129,10 +129,17 @@ class EngineConfig:
 
 @st.composite
 def engine_configs(
-    draw, *, max_pages: int = 24, max_context_len: int = 16, min_slots: int = 12, modes=(0, 1, 2)
+    draw,
+    *,
+    max_pages: int = 24,
+    max_context_len: int = 16,
+    max_rows: int = 6,
+    min_slots: int = 12,
+    modes=(0, 1, 2),
 ) -> EngineConfig:
-    """Engines small enough to run many steps under the interpreter: pages of 1, 2 or 4 slots,
-    with and without a sliding window and the EAGLE offset, in every hash mode::
+    """Engines of up to ``max_pages`` pages of 1, 2 or 4 slots and ``max_rows`` pool rows of up
+    to ``max_context_len`` positions (the defaults run many steps under the interpreter), with
+    and without a sliding window and the EAGLE offset, in every hash mode::
 
         engine_configs(max_pages=24, max_context_len=16)
     """
@@ -146,7 +153,7 @@ def engine_configs(
             ),
             label="num_pages",
         ),
-        pool_rows=draw(st.integers(3, 6), label="pool_rows"),
+        pool_rows=draw(st.integers(3, max(3, max_rows)), label="pool_rows"),
         context_len=context_len,
         swa_window=draw(st.sampled_from((0, 0, 3, 5)), label="swa_window"),
         offset=draw(st.sampled_from((0, 1)), label="offset"),
@@ -272,6 +279,12 @@ class Engine:
     def _window_start(self, prefix: int) -> int:
         w = self.config.swa_window
         return max(0, prefix - w) if w else 0
+
+    def _will_run(self, req: _Request) -> bool:
+        """Whether the request has a position left to write (a full one only waits to finish)."""
+        if req.written >= self.config.context_len:
+            return False
+        return self._pending(req) == 1 if req.decoding else self._pending(req) > 0
 
     def _pending(self, req: _Request) -> int:
         return len(req.tokens) - self.config.offset - req.written
@@ -586,6 +599,8 @@ class Engine:
         verifies (inside the window the request will have then)."""
         out = []
         for req in sorted(self.running.values(), key=lambda r: r.rid):
+            if not self._will_run(req):
+                continue
             for pos in range(self._window_start(req.written), req.written):
                 if self.canary_slot(self.full_slot(req, pos)):
                     out.append((req, pos))

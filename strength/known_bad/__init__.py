@@ -41,6 +41,7 @@ AREAS = (
     "bounds",
     "scale",
     "plan",
+    "history",
 )
 
 
@@ -60,7 +61,7 @@ CORRECT = ("canary", "canary_torch")
 
 _V, _A, _H, _L = "validation", "addressing", "hashing", "launch-checks"
 _C, _R, _K, _B = "chain", "ring", "counters", "bounds"
-_S, _P = "scale", "plan"
+_S, _P, _HI = "scale", "plan", "history"
 
 # Where a bug must be caught: the suite's tests, as patterns of "<module>::<test function>".
 _SV, _FP, _LV, _WV = (
@@ -74,6 +75,7 @@ _GOLD_FP, _GOLD_WV = (
     "test_golden.py::test_write_verify_vector",
 )
 _SPEC_VECTORS = "test_spec_vectors.py::test_spec_fingerprint_vectors"
+_ENGINE = "test_engine.py::test_engine_histories_agree_with_the_reference_and_report_each_fault"
 #: a refused config: the rule tests of CONTRACT §3
 RULES = (
     _SV + "test_spec_examples",
@@ -197,5 +199,10 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("strength.known_bad.plan_prev_slot_untranslated", _P, "previous slots skip the SWA table", PLAN),
     Entry("strength.known_bad.plan_expected_token_past_valid_len", _P, "expected tokens are read past the valid length", PLAN),
     Entry("strength.known_bad.scatter_spills_into_next_row", _P, "the scatter writes tokens past a row's end into the next rows", ("test_scatter.py::test_scatter_equals_reference", "test_golden_plan.py::test_scatter_vector")),
+    # Bugs that only a history shows: state kept between launches, keyed by the tensors an engine
+    # reuses every step (conformance/test_engine.py; every single-launch property passes)
+    Entry("strength.known_bad.history_plan_caches_row_slots", _HI, "the plan reuses the slots it read for a pool row in earlier launches", (_ENGINE,)),
+    Entry("strength.known_bad.history_plan_window_never_slides_back", _HI, "an SWA window start never moves back when a row is recycled", (_ENGINE,)),
+    Entry("strength.known_bad.history_scatter_appends_only", _HI, "the scatter writes only tokens past those it wrote to a row before", (_ENGINE,)),
 )
 # fmt: on

@@ -1,0 +1,142 @@
+"""strategies.engine: the engine model keeps an engine's invariants over any history (no slot
+owned twice, page 0 and slot 0 never handed out, a page table that names what each request
+wrote), its steps produce launches the reference accepts, its faults are made where the next
+step can see them, and the same calls give the same arrays."""
+
+from __future__ import annotations
+
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from conformance.engine_support import OracleRun, warm_up
+from strategies.engine import FAULT_KINDS, Engine, EngineConfig, Forward, engine_configs
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            ("admit", "prefill", "decode", "finish", "retract", "readmit", "evict", "sweep")
+        ),
+        st.integers(0, 9),
+        st.integers(0, 3),
+    ),
+    max_size=40,
+)
+
+
+def step(engine: Engine, op: str, a: int, b: int):
+    if op == "admit":
+        return engine.admit(a + 1, b)
+    if op == "prefill":
+        return engine.prefill(a + 1)
+    if op == "decode":
+        return engine.decode(b)
+    if op == "sweep":
+        return engine.sweep()
+    if op == "evict":
+        return engine.evict()
+    return getattr(engine, op)(a)
+
+
+def check_invariants(engine: Engine) -> None:
+    c = engine.config
+    owner: dict[int, int] = {}
+    for req in engine.running.values():
+        assert 0 < req.row < c.pool_rows
+        assert all(t != 0 for t in req.tokens)
+        assert len(req.tokens) <= c.context_len + c.offset
+        for pos in range(req.written):
+            full = engine.full_slot(req, pos)
+            assert full // c.page_size != 0, "page 0 handed out"
+            assert engine.req_to_token[req.row, pos] == full, (req.rid, pos)
+            page = full // c.page_size
+            assert engine.req_refs[page] >= 1 and page not in engine.free_pages
+            if engine.cache_refs[page] == 0:  # a page no one shares has one owner
+                assert owner.setdefault(full, req.rid) == req.rid, f"slot {full} owned twice"
+    rows = [r.row for r in engine.running.values()]
+    assert len(rows) == len(set(rows)) and not set(rows) & set(engine.free_rows)
+    if engine.lut is not None:
+        mapped = engine.lut[engine.lut != 0]
+        assert len(mapped) == len(set(mapped.tolist())), "an SWA slot mapped twice"
+        assert not set(mapped.tolist()) & set(engine.free_swa), "a mapped SWA slot is free"
+        assert 0 not in engine.free_swa
+
+
+def check_forward(engine: Engine, forward: Forward) -> None:
+    slots = forward.write["out_cache_loc"]
+    assert len(set(slots.tolist())) == slots.shape[0], "a step writes one slot twice"
+    assert (slots > 0).all()
+    assert (forward.write["input_ids"] != 0).all()
+    assert (forward.kv_bytes != 0).all()
+    assert len({bytes(row) for row in forward.kv_bytes}) == forward.kv_bytes.shape[0]
+    offsets = forward.scatter["offsets"]
+    assert offsets[-1] == forward.scatter["flat_in"].shape[0]
+
+
+@settings(max_examples=150, deadline=None)
+@given(config=engine_configs(), ops=OPS)
+def test_any_history_keeps_the_engine_invariants_and_is_silent(config, ops):
+    engine = Engine(config)
+    oracle = OracleRun(engine)
+    for op, a, b in ops:
+        out = step(engine, op, a, b)
+        if isinstance(out, Forward):
+            check_forward(engine, out)
+        if out is not None and not isinstance(out, (int, str)):
+            oracle.forward_or_sweep(out)  # the reference accepts every launch
+        check_invariants(engine)
+    assert oracle.index == 0, oracle.rows(0)[:3]
+
+
+@settings(max_examples=40, deadline=None)
+@given(config=engine_configs(min_slots=48), ops=OPS)
+def test_the_same_calls_give_the_same_arrays(config, ops):
+    runs = []
+    for _ in range(2):
+        engine = Engine(config)
+        arrays = []
+        for op, a, b in ops:
+            out = step(engine, op, a, b)
+            if isinstance(out, Forward):
+                arrays += [out.write["out_cache_loc"], out.kv_bytes, out.plan["req_to_token"]]
+        runs.append(arrays)
+    assert len(runs[0]) == len(runs[1])
+    assert all(np.array_equal(x, y) for x, y in zip(*runs))
+
+
+@pytest.mark.parametrize("kind", FAULT_KINDS)
+def test_every_fault_has_a_place_after_the_warm_up(kind):
+    config = EngineConfig(page_size=2, num_pages=32, pool_rows=6, context_len=16, mode=2, seed=5)
+    engine = Engine(config)
+    warm_up(engine, OracleRun(engine).forward_or_sweep)
+    fault = engine.fault(kind, pick=3, byte=7)
+    assert fault is not None and fault.kind == kind
+    assert fault.slots or fault.entries
+
+
+def test_a_fault_without_a_place_is_none():
+    engine = Engine(EngineConfig())
+    for kind in FAULT_KINDS:
+        assert engine.fault(kind, 0, 0) is None
+    with pytest.raises(ValueError, match="unknown fault"):
+        engine.fault("bit_flip", 0, 0)
+
+
+@pytest.mark.parametrize(
+    "bad", [dict(page_size=0), dict(num_pages=1), dict(offset=2), dict(mode=3), dict(swa_window=-1)]
+)
+def test_a_config_out_of_range_is_refused(bad):
+    with pytest.raises(Exception, match="page_size|num_pages|offset|swa_window"):
+        EngineConfig(**bad)
+
+
+def test_a_recycled_row_keeps_its_old_owners_tail():
+    engine = Engine(EngineConfig(page_size=1, num_pages=32, pool_rows=2, context_len=12))
+    engine.admit(10)
+    engine.prefill(12)
+    tail = engine.req_to_token[1, 2:9].copy()
+    engine.finish(0)
+    engine.admit(3)
+    engine.prefill(12)
+    assert np.array_equal(engine.req_to_token[1, 3:9], tail[1:]), "the stale tail was cleared"
