@@ -1,6 +1,6 @@
-"""The plan keeps, per page table and pool row, the SWA window start of earlier launches and
-never lets it move back ("windows only slide forward"). It breaks CONTRACT §12 item 2 only when
-one table serves many launches: a row recycled for a request with a shorter prefix keeps the old
+"""The plan keeps, per page table and pool row, the SWA window start of earlier launches and never
+lets it move back ("windows only slide forward"). It breaks CONTRACT §12 item 2 only when one
+table serves many launches: a row recycled for a request with a shorter prefix keeps the old
 owner's window start, so the new request's first positions go unverified. Every property that
 makes its table afresh passes. Kept safe: it only plans fewer positions of the same row."""
 

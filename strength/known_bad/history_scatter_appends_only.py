@@ -1,8 +1,8 @@
 """The expected-token scatter writes, into each pool row, only the tokens past those it wrote
 there in earlier launches: an incremental scatter. It breaks CONTRACT §13 only when one pool
-serves many launches, as in an engine: a row recycled for another request keeps its old
-owner's tokens, and verify then reports tokens that are right. Every property that makes its
-pool afresh passes. Kept safe: it only leaves pool entries as they were."""
+serves many launches, as in an engine: a row recycled for another request keeps its old owner's
+tokens, and verify then reports tokens that are right. Every property that makes its pool
+afresh passes. Kept safe: it only leaves pool entries as they were."""
 
 import weakref
 
