@@ -1,6 +1,6 @@
 """The plan remembers, per page table and pool row, the slots it planned in earlier launches and
-reads only positions past them from ``req_to_token``: an incremental plan. It breaks CONTRACT
-§12 ("the plan is made from ``req_to_token`` as it is at launch time") only when one table
+reads only positions past them from ``req_to_token``: an incremental plan. It breaks
+CONTRACT §12 ("the plan is made from ``req_to_token`` as it is at launch time") only when one table
 serves many launches, as in an engine: a row recycled for another request, or an entry changed
 since, is planned with the slots it held before. Every property that makes its table afresh
 passes. Kept safe: the cached slots are ones the same table held, inside the same row."""
