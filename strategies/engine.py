@@ -38,6 +38,7 @@ arrays, so a failing history's steps repeat it exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import hypothesis.strategies as st
 import numpy as np
@@ -268,9 +269,8 @@ class Engine:
         return out
 
     def full_slot(self, req: _Request, pos: int) -> int:
-        return req.pages[pos // self.config.page_size] * self.config.page_size + pos % (
-            self.config.page_size
-        )
+        page: int = req.pages[pos // self.config.page_size]
+        return page * self.config.page_size + pos % self.config.page_size
 
     def canary_slot(self, full: int) -> int:
         """The canary slot of a full-pool slot: itself, or its SWA slot (0: evicted)."""
@@ -317,7 +317,7 @@ class Engine:
                 self.free_swa.append(int(self.lut[s]))
                 self.lut[s] = 0
 
-    def _pick(self, items: list, pick: int):
+    def _pick(self, items: list, pick: int) -> Any:
         return items[pick % len(items)] if items else None
 
     def _kv(self, n: int) -> np.ndarray:
@@ -359,7 +359,8 @@ class Engine:
         self.log.append(
             f"admit(prompt_len={prompt_len}, share={share}): request {req.rid}, row {row}, {shared} cached"
         )
-        return req.rid
+        rid: int = req.rid
+        return rid
 
     def _window_present(self, entry: _CacheEntry, k: int) -> bool:
         if self.lut is None:
@@ -509,7 +510,8 @@ class Engine:
             self._release(page, cache=False)
         self.free_rows.append(req.row)
         self.log.append(f"finish: request {req.rid}, {k} positions cached")
-        return req.rid
+        rid: int = req.rid
+        return rid
 
     def retract(self, pick: int) -> int | None:
         """A running request that has written KV is preempted: its KV is freed and it waits
@@ -526,7 +528,8 @@ class Engine:
         self.waiting.append(req)
         self.last_written = [e for e in self.last_written if e[0] != req.rid]
         self.log.append(f"retract: request {req.rid}")
-        return req.rid
+        rid: int = req.rid
+        return rid
 
     def readmit(self, pick: int) -> int | None:
         """A retracted request comes back in a free row and computes all its tokens again."""
@@ -538,7 +541,8 @@ class Engine:
         # everything known is a prompt now: the last token is computed, not sampled again
         self.running[req.rid] = req
         self.log.append(f"readmit: request {req.rid}, row {req.row}")
-        return req.rid
+        rid: int = req.rid
+        return rid
 
     def evict(self) -> int | None:
         """The oldest cached prefix is dropped; pages no one else holds go back to the allocator."""
@@ -611,7 +615,7 @@ class Engine:
         those where the next step can see it; None when there is none."""
         if kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault {kind!r}")
-        fault = getattr(self, f"_fault_{kind}")(pick, byte % KV_BYTES)
+        fault: Fault | None = getattr(self, f"_fault_{kind}")(pick, byte % KV_BYTES)
         if fault is not None:
             self.log.append(f"FAULT {fault.what}")
         return fault
@@ -648,7 +652,7 @@ class Engine:
         )
 
     def _fault_kv_unused_cache(self, pick, byte):
-        places = []
+        places: list[tuple[int, int]] = []
         for entry in self.cache:
             req = _Request(0, 0, [], [], pages=list(entry.pages))
             for pos in range(entry.length):
