@@ -23,7 +23,7 @@ import torch
 import reference
 import strategies as st_kv
 from conformance.assertions import fail, to_numpy
-from conformance.plan_support import PLAN_FIELDS, plan_differences
+from conformance.plan_support import PLAN_FIELDS, first_plans, plan_differences
 from conformance.write_verify_support import Snapshot, assert_same_state
 from strategies.engine import KV_BYTES, READ_BYTES, Engine, Fault, Forward, Sweep
 
@@ -33,7 +33,6 @@ __all__ = [
     "ImplRun",
     "OracleRun",
     "due_reports",
-    "first_plans",
     "inject_and_settle",
     "oracle_world",
     "run_step",
@@ -48,26 +47,6 @@ RING_CAPACITY = 512
 SETTLE = ("admit", "prefill", "decode", "prefill", "decode", "sweep")
 #: FailReason bits.
 CHAIN, POSITION, REAL_KV, WRITE_TOKEN, TOKEN = 1, 2, 4, 8, 32
-
-
-def first_plans(verify_capacity: int, write_req_capacity: int) -> tuple[dict, dict]:
-    """Both plans' first contents: distinct values no plan writes by chance."""
-    base = -(10**9)
-    k = np.arange(verify_capacity, dtype=np.int64)
-    verify = {
-        "verify_slot_indices": base - 4 * k,
-        "verify_expected_tokens": base - 4 * k - 1,
-        "verify_expected_positions": base - 4 * k - 2,
-        "verify_prev_slot_indices": base - 4 * k - 3,
-        "verify_num_valid": np.array([-77], dtype=np.int32),
-        "enable": np.array([5], dtype=np.int32),
-    }
-    write = {
-        "write_offsets": 2 * base - np.arange(write_req_capacity + 1, dtype=np.int64),
-        "write_seed_slot_indices": 3 * base - np.arange(write_req_capacity, dtype=np.int64),
-        "write_num_valid_reqs": np.array([-99], dtype=np.int32),
-    }
-    return verify, write
 
 
 def sweep_plan(sweep: Sweep) -> dict:

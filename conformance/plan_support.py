@@ -22,6 +22,7 @@ from strategies.batches import EngineBatch, ScatterBatch, distinct_values
 
 __all__ = [
     "PLAN_FIELDS",
+    "first_plans",
     "PlanArgs",
     "implementation_plan",
     "plan_args",
@@ -65,25 +66,30 @@ class PlanArgs:
         }
 
 
-def prefilled(batch: EngineBatch) -> tuple[dict, dict]:
-    """The plans' first contents: distinct non-zero values, none a value the plan could write
+def first_plans(verify_capacity: int, write_req_capacity: int) -> tuple[dict, dict]:
+    """Both plans' first contents: distinct non-zero values, none a value the plan could write
     by chance (large negative entries; num_valid and the flags at odd values)."""
-    cap, wcap = batch.verify_capacity, batch.write_req_capacity
     base = -(10**9)
+    k = np.arange(verify_capacity, dtype=np.int64)
     verify = {
-        "verify_slot_indices": base - 4 * np.arange(cap, dtype=np.int64),
-        "verify_expected_tokens": base - 4 * np.arange(cap, dtype=np.int64) - 1,
-        "verify_expected_positions": base - 4 * np.arange(cap, dtype=np.int64) - 2,
-        "verify_prev_slot_indices": base - 4 * np.arange(cap, dtype=np.int64) - 3,
+        "verify_slot_indices": base - 4 * k,
+        "verify_expected_tokens": base - 4 * k - 1,
+        "verify_expected_positions": base - 4 * k - 2,
+        "verify_prev_slot_indices": base - 4 * k - 3,
         "verify_num_valid": np.array([-77], dtype=np.int32),
         "enable": np.array([5], dtype=np.int32),
     }
     write = {
-        "write_offsets": 2 * base - np.arange(wcap + 1, dtype=np.int64),
-        "write_seed_slot_indices": 3 * base - np.arange(wcap, dtype=np.int64),
+        "write_offsets": 2 * base - np.arange(write_req_capacity + 1, dtype=np.int64),
+        "write_seed_slot_indices": 3 * base - np.arange(write_req_capacity, dtype=np.int64),
         "write_num_valid_reqs": np.array([-99], dtype=np.int32),
     }
     return verify, write
+
+
+def prefilled(batch: EngineBatch) -> tuple[dict, dict]:
+    """The first contents of ``batch``'s plans (:func:`first_plans`)."""
+    return first_plans(batch.verify_capacity, batch.write_req_capacity)
 
 
 def plan_args(batch: EngineBatch) -> PlanArgs:

@@ -173,6 +173,22 @@ def layout_sizes() -> dict:
     return dict(max_rows=16, max_page_size=32, max_bytes_per_token=512, max_ndim=SOURCE_NDIM_MAX)
 
 
+def engine_sizes() -> dict:
+    """Engines of ``conformance/test_engine.py`` on this run's device (keywords of
+    :func:`strategies.engine_configs`): a few dozen slots under the interpreter, thousands on a GPU."""
+    if ON_CPU:
+        return dict(max_pages=24, max_context_len=16, max_rows=6)
+    return dict(max_pages=4096, max_context_len=1024, max_rows=64)
+
+
+def engine_step_sizes() -> dict:
+    """The steps of an engine history on this run's device: new prompt tokens, prefill chunks,
+    the padding rows of a decode batch, and the rules of one history."""
+    if ON_CPU:
+        return dict(new_tokens=8, chunk=6, pads=(0, 0, 1, 3), steps=50)
+    return dict(new_tokens=512, chunk=256, pads=(0, 0, 1, 3, 31), steps=200)
+
+
 def max_slots() -> int:
     """Longest slot list a property draws on this run's device."""
     return 24 if ON_CPU else 256

@@ -14,41 +14,18 @@ from __future__ import annotations
 import hypothesis
 import hypothesis.strategies as st
 import pytest
-from hypothesis.stateful import (
-    RuleBasedStateMachine,
-    initialize,
-    invariant,
-    precondition,
-    rule,
-    run_state_machine_as_test,
-)
+from hypothesis import stateful
+from hypothesis.stateful import initialize, invariant, precondition, rule
 
-from conformance import profiles
 from conformance.assertions import fail
 from conformance.engine_support import ImplRun, OracleRun, inject_and_settle, run_step, warm_up
-from conformance.profiles import examples
+from conformance.profiles import engine_sizes, engine_step_sizes, examples
 from strategies.engine import FAULT_KINDS, Engine, engine_configs
 
 pytestmark = pytest.mark.plan
 
 
-def engine_sizes() -> dict:
-    """Engines on this run's device: a few dozen slots under the interpreter, thousands on a GPU."""
-    if profiles.ON_CPU:
-        return dict(max_pages=24, max_context_len=16, max_rows=6)
-    return dict(max_pages=4096, max_context_len=1024, max_rows=64)
-
-
-#: The sizes of a history's steps on this run's device: new prompt tokens, prefill chunks, the
-#: padding rows of a decode batch, and the steps of one history.
-STEP_SIZES = (
-    dict(new_tokens=8, chunk=6, pads=(0, 0, 1, 3), steps=50)
-    if profiles.ON_CPU
-    else dict(new_tokens=512, chunk=256, pads=(0, 0, 1, 3, 31), steps=200)
-)
-
-
-class EngineMachine(RuleBasedStateMachine):
+class EngineMachine(stateful.RuleBasedStateMachine):
     """An engine's history: admissions, prefills, decodes, finishes, retractions, evictions and
     sweeps in any order, at most one fault, the reference as the model."""
 
@@ -74,15 +51,15 @@ class EngineMachine(RuleBasedStateMachine):
             what=f"step {self.engine.steps} ({self.engine.log[-1]})", config=self.engine.describe(),
         )  # fmt: skip
 
-    @rule(new_tokens=st.integers(1, STEP_SIZES["new_tokens"]), share=st.integers(0, 3))
+    @rule(new_tokens=st.integers(1, engine_step_sizes()["new_tokens"]), share=st.integers(0, 3))
     def admit(self, new_tokens, share):
         self.engine.admit(new_tokens, share)
 
-    @rule(chunk=st.integers(1, STEP_SIZES["chunk"]))
+    @rule(chunk=st.integers(1, engine_step_sizes()["chunk"]))
     def prefill(self, chunk):
         self._run(self.engine.prefill(chunk))
 
-    @rule(pad=st.sampled_from(STEP_SIZES["pads"]))
+    @rule(pad=st.sampled_from(engine_step_sizes()["pads"]))
     def decode(self, pad):
         self._run(self.engine.decode(pad))
 
@@ -135,9 +112,9 @@ class EngineMachine(RuleBasedStateMachine):
 def test_engine_histories_agree_with_the_reference_and_report_each_fault(impl, device):
     """Over an engine's history (prefix sharing, chunked prefill, padding, retraction, eviction, SWA, EAGLE) the implementation equals the reference after every launch, the ring stays empty without a fault, and a fault is reported where its class predicts."""
     settings = examples(0.3)
-    run_state_machine_as_test(
+    stateful.run_state_machine_as_test(
         lambda: EngineMachine(impl, device),
-        settings=hypothesis.settings(settings, stateful_step_count=STEP_SIZES["steps"]),
+        settings=hypothesis.settings(settings, stateful_step_count=engine_step_sizes()["steps"]),
     )
 
 

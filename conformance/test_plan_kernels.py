@@ -138,16 +138,7 @@ def test_permuting_the_requests_permutes_the_entries(impl, impl_name, device, ba
     def per_request(got, b: EngineBatch) -> dict:
         n = int(got["verify", "verify_num_valid"][0])
         a = b.arrays()
-        entries = reference.plan_entries(
-            req_pool_indices=a.req_pool_indices,
-            prefix_lens=a.prefix_lens,
-            req_to_token=a.req_to_token,
-            swa_window_size=b.swa_window,
-            full_to_swa_index_mapping=None,
-            req_to_verify_expected_tokens=None,
-            req_to_verify_expected_tokens_valid_lens=None,
-            kv_token_id_vs_position_offset=0,
-        )
+        entries = b.entries()
         owner = a.req_pool_indices[entries.rows[:n]]
         fields = [got["verify", name][:n] for name in
                   ("verify_slot_indices", "verify_expected_tokens", "verify_expected_positions",

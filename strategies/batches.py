@@ -118,21 +118,24 @@ class EngineBatch:
         """The plan's arguments, made from the description (the same every time)."""
         return _arrays(self)
 
+    def entries(self):
+        """The batch's verify entries before the capacity and the SWA table are applied, and
+        without expected tokens (``reference.plan_entries``)."""
+        a = self.arrays()
+        return plan_entries(
+            req_pool_indices=a.req_pool_indices,
+            prefix_lens=a.prefix_lens,
+            req_to_token=a.req_to_token,
+            swa_window_size=self.swa_window,
+            full_to_swa_index_mapping=None,
+            req_to_verify_expected_tokens=None,
+            req_to_verify_expected_tokens_valid_lens=None,
+            kv_token_id_vs_position_offset=0,
+        )
+
     def total_verify(self) -> int:
         """How many verify entries the batch asks for (before the capacity is applied)."""
-        a = self.arrays()
-        return int(
-            plan_entries(
-                req_pool_indices=a.req_pool_indices,
-                prefix_lens=a.prefix_lens,
-                req_to_token=a.req_to_token,
-                swa_window_size=self.swa_window,
-                full_to_swa_index_mapping=None,
-                req_to_verify_expected_tokens=None,
-                req_to_verify_expected_tokens_valid_lens=None,
-                kv_token_id_vs_position_offset=0,
-            ).slots.shape[0]
-        )
+        return int(self.entries().slots.shape[0])
 
     def kinds(self) -> str:
         """The rows' kinds in batch order, for labels: ``'decode,padding,prefill'``."""

@@ -104,14 +104,14 @@ class EngineConfig:
                      offset=1, mode=1, seed=7)
     """
 
-    page_size: int = 1
-    num_pages: int = 24
-    pool_rows: int = 5
-    context_len: int = 16
-    swa_window: int = 0
-    offset: int = 0
-    mode: int = 2
-    seed: int = 1
+    page_size: int = 1  # slots of a page
+    num_pages: int = 24  # pages of the full pool, page 0 the padding page
+    pool_rows: int = 5  # rows of req_to_token and of the pool, row 0 the padding row
+    context_len: int = 16  # positions of a row
+    swa_window: int = 0  # 0: full attention
+    offset: int = 0  # the EAGLE offset, 0 or 1
+    mode: int = 2  # real_kv_hash_mode: 0 NONE, 1 PARTIAL, 2 ALL
+    seed: int = 1  # of every token, KV byte and stale value
 
     def __post_init__(self) -> None:
         check_int("page_size", self.page_size, 1)
@@ -620,56 +620,44 @@ class Engine:
             self.log.append(f"FAULT {fault.what}")
         return fault
 
-    def _kv_fault(self, kind: str, slot: int, byte: int, what: str) -> Fault:
-        return Fault(kind, (slot, byte), frozenset({slot}), (), _REAL_KV, what)
-
-    def _fault_kv_used(self, pick, byte):
-        place = self._pick(self._verified_next(), pick)
+    def _kv_fault(self, kind: str, place, byte: int, note: str) -> Fault | None:
+        """A KV byte fault at ``place``, ``(request, position)`` or None (no place)."""
         if place is None:
             return None
         req, pos = place
         slot = self.canary_slot(self.full_slot(req, pos))
-        return self._kv_fault(
-            "kv_used",
-            slot,
-            byte,
-            f"kv_used: byte {byte} of slot {slot} (request {req.rid}, position {pos})",
-        )
+        what = f"{kind}: byte {byte} of slot {slot} (request {req.rid}, position {pos}{note})"
+        return Fault(kind, (slot, byte), frozenset({slot}), (), _REAL_KV, what)
+
+    def _fault_kv_used(self, pick, byte):
+        return self._kv_fault("kv_used", self._pick(self._verified_next(), pick), byte, "")
 
     def _fault_kv_post_forward(self, pick, byte):
-        verified = {(r.rid, p) for r, p in self._verified_next()}
-        places = [e for e in self.last_written if e in verified]
-        place = self._pick(places, pick)
-        if place is None:
-            return None
-        rid, pos = place
-        slot = self.canary_slot(self.full_slot(self.running[rid], pos))
-        return self._kv_fault(
-            "kv_post_forward",
-            slot,
-            byte,
-            f"kv_post_forward: byte {byte} of slot {slot} (request {rid}, position {pos}, just written)",
-        )
+        just = set(self.last_written)
+        places = [(r, p) for r, p in self._verified_next() if (r.rid, p) in just]
+        return self._kv_fault("kv_post_forward", self._pick(places, pick), byte, ", just written")
 
     def _fault_kv_unused_cache(self, pick, byte):
-        places: list[tuple[int, int]] = []
+        places: dict[int, int] = {}  # canary slot -> cached position, slots no request uses
         for entry in self.cache:
-            req = _Request(0, 0, [], [], pages=list(entry.pages))
+            holder = _Request(0, 0, [], [], pages=list(entry.pages))
             for pos in range(entry.length):
                 page = entry.pages[pos // self.config.page_size]
-                slot = self.canary_slot(self.full_slot(req, pos))
-                if self.req_refs[page] == 0 and slot and slot not in [s for s, _ in places]:
-                    places.append((slot, pos))
-        place = self._pick(places, pick)
+                slot = self.canary_slot(self.full_slot(holder, pos))
+                if self.req_refs[page] == 0 and slot:
+                    places.setdefault(slot, pos)
+        place = self._pick(sorted(places.items()), pick)
         if place is None:
             return None
         slot, pos = place
-        return self._kv_fault(
-            "kv_unused_cache",
-            slot,
-            byte,
-            f"kv_unused_cache: byte {byte} of slot {slot} (cached position {pos}, no request uses it)",
-        )
+        what = f"kv_unused_cache: byte {byte} of slot {slot} (cached position {pos}, no request uses it)"
+        return Fault("kv_unused_cache", (slot, byte), frozenset({slot}), (), _REAL_KV, what)
+
+    def _table_fault(self, kind: str, full_slots, entries: tuple, what: str) -> Fault:
+        """A fault of the page table or the allocator: reported at one of the canary slots of
+        ``full_slots``, by the verify of ``entries``."""
+        slots = frozenset(self.canary_slot(s) for s in full_slots)
+        return Fault(kind, None, slots, entries, 0, f"{kind}: {what}")
 
     def _fault_req_to_token(self, pick, byte):
         places = self._verified_next()
@@ -692,10 +680,8 @@ class Engine:
         if new is None:
             return None
         self.req_to_token[req.row, pos] = new
-        return Fault(
-            "req_to_token", None, frozenset({self.canary_slot(new)}), ((req.rid, pos),), 0,
-            f"req_to_token: request {req.rid} (row {req.row}) position {pos} names slot {new}, not {old}",
-        )  # fmt: skip
+        what = f"request {req.rid} (row {req.row}) position {pos} names slot {new}, not {old}"
+        return self._table_fault("req_to_token", {new}, ((req.rid, pos),), what)
 
     def _fault_page_swap(self, pick, byte):
         p = self.config.page_size
@@ -722,13 +708,12 @@ class Engine:
         a = table[ra.row, fa : fa + p].copy()
         table[ra.row, fa : fa + p] = table[rb.row, fb : fb + p]
         table[rb.row, fb : fb + p] = a
-        slots = frozenset(
-            self.canary_slot(s) for s in np.concatenate([a, table[ra.row, fa : fa + p]])
+        what = (
+            f"request {ra.rid} positions {fa}..{fa + p - 1} and request {rb.rid} positions "
+            f"{fb}..{fb + p - 1} swap pages"
         )
-        return Fault(
-            "page_swap", None, slots, ((ra.rid, fa), (rb.rid, fb)), 0,
-            f"page_swap: request {ra.rid} positions {fa}..{fa + p - 1} and request {rb.rid} positions {fb}..{fb + p - 1} swap pages",
-        )  # fmt: skip
+        slots = np.concatenate([a, table[ra.row, fa : fa + p]]).tolist()
+        return self._table_fault("page_swap", slots, ((ra.rid, fa), (rb.rid, fb)), what)
 
     def _fault_freed_while_referenced(self, pick, byte):
         p = self.config.page_size
@@ -743,11 +728,9 @@ class Engine:
         req, pos, page = place
         self.req_refs[page] = 0
         self.free_pages.insert(0, page)  # the next allocation takes it
-        slots = frozenset(self.canary_slot(s) for s in range(page * p, (page + 1) * p))
-        return Fault(
-            "freed_while_referenced", None, slots, ((req.rid, pos),), 0,
-            f"freed_while_referenced: page {page} (request {req.rid} positions {pos}..{pos + p - 1}) freed while in use",
-        )  # fmt: skip
+        what = f"page {page} (request {req.rid} positions {pos}..{pos + p - 1}) freed while in use"
+        slots = range(page * p, (page + 1) * p)
+        return self._table_fault("freed_while_referenced", slots, ((req.rid, pos),), what)
 
     def _fault_next_token_swap(self, pick, byte):
         ready = [
