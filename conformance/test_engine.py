@@ -51,9 +51,15 @@ class EngineMachine(stateful.RuleBasedStateMachine):
             what=f"step {self.engine.steps} ({self.engine.log[-1]})", config=self.engine.describe(),
         )  # fmt: skip
 
+    def _tick(self) -> None:
+        """The scheduler's next forward after an event: an extend batch if a prompt is pending,
+        else a decode batch."""
+        self._run(self.engine.prefill(engine_step_sizes()["chunk"]) or self.engine.decode(0))
+
     @rule(new_tokens=st.integers(1, engine_step_sizes()["new_tokens"]), share=st.integers(0, 3))
     def admit(self, new_tokens, share):
         self.engine.admit(new_tokens, share)
+        self._tick()
 
     @rule(chunk=st.integers(1, engine_step_sizes()["chunk"]))
     def prefill(self, chunk):
@@ -66,18 +72,22 @@ class EngineMachine(stateful.RuleBasedStateMachine):
     @rule(pick=st.integers(0, 7))
     def finish(self, pick):
         self.engine.finish(pick)
+        self._tick()
 
     @rule(pick=st.integers(0, 7))
     def retract(self, pick):
         self.engine.retract(pick)
+        self._tick()
 
     @rule(pick=st.integers(0, 7))
     def readmit(self, pick):
         self.engine.readmit(pick)
+        self._tick()
 
     @rule()
     def evict(self):
         self.engine.evict()
+        self._tick()
 
     @rule()
     def sweep(self):
