@@ -379,7 +379,7 @@ class Engine:
 
     def decode(self, pad: int = 0) -> Forward | None:
         """A decode batch of every request that has sampled its next token, then ``pad`` padding
-        rows (row 0, stale lengths), as a CUDA graph pads a batch."""
+        rows (row 0, a stale prefix and valid length, extend length 1 as SGLang fills it), as a CUDA graph pads a batch."""
         rows = [
             (r, 1)
             for r in self.running.values()
@@ -407,6 +407,8 @@ class Engine:
         req_pool_indices = np.zeros(bs, dtype=np.int64)
         stale = self.rng.integers(-3, c.context_len + 3, (3, bs)).astype(np.int64)
         prefix_lens, extend_lens, valid_lens = stale[0], stale[1], stale[2]
+        if kind == "decode":  # SGLang fills every row's extend length of a decode batch with 1
+            extend_lens[:] = 1
         ids, positions, slots, expected = [], [], [], []
         for i, (req, e) in enumerate(batch):
             req_pool_indices[i] = req.row
