@@ -378,8 +378,9 @@ class Engine:
         return self._forward("prefill", rows, pad=0)
 
     def decode(self, pad: int = 0) -> Forward | None:
-        """A decode batch of every request that has sampled its next token, then ``pad`` padding
-        rows (row 0, a stale prefix and valid length, extend length 1 as SGLang fills it), as a CUDA graph pads a batch."""
+        """A decode batch of every request that has sampled its next token, and ``pad`` padding
+        rows, as a CUDA graph pads a batch: row 0, a stale prefix and valid length, and the
+        extend length 1 SGLang gives every row of a decode batch."""
         rows = [
             (r, 1)
             for r in self.running.values()
