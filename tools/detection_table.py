@@ -88,7 +88,8 @@ def cell(results) -> str:
     steps = sorted(r[0] for r in seen)
     reasons = Counter(name for r in seen for bit, name in BITS if r[1] & bit)
     top = "/".join(name for name, _ in reasons.most_common(2))
-    return f"{len(seen)} of {len(made)}, step {steps[0]}-{steps[-1]}, {top}"
+    when = f"step {steps[0]}" if steps[0] == steps[-1] else f"steps {steps[0]}-{steps[-1]}"
+    return f"{len(seen)} of {len(made)}, {when}, {top}"
 
 
 def render() -> tuple[str, list[str]]:
