@@ -78,6 +78,54 @@ def trial(kind: str, mode: int, index: int) -> tuple[int | None, int, list[str]]
     return first, bits, problems
 
 
+#: The random continuation: scheduler events after the fault, and how often the cache is swept.
+EVENTS, SWEEP_EVERY = 30, 8
+
+
+def serving(kind: str, mode: int, index: int) -> int | None | bool:
+    """One history that goes on as a server would after the fault: :data:`EVENTS` random
+    scheduler events (admit, sharing or not; finish; retract; readmit; evict), each followed by
+    the next forward, and a cache sweep every :data:`SWEEP_EVERY` events. The number of steps
+    until the first report, None when none came, False when the history had no place for the
+    fault."""
+    engine = Engine(trial_config(kind, mode, index))
+    oracle = OracleRun(engine)
+    warm_up(engine, oracle.forward_or_sweep)
+    rng = np.random.default_rng(10_000 + index)
+    fault = engine.fault(kind, int(rng.integers(0, 2**10)), int(rng.integers(0, 32)))
+    if fault is None:
+        return False
+    if fault.flip is not None:
+        oracle.flip(*fault.flip)
+    steps = 0
+    for event in range(1, EVENTS + 1):
+        op = rng.choice(("admit", "admit", "finish", "retract", "readmit", "evict", "none"))
+        if op == "admit":
+            engine.admit(int(rng.integers(1, 9)), int(rng.integers(0, 3)))
+        elif op != "none":
+            getattr(engine, op)(*([] if op == "evict" else [int(rng.integers(0, 8))]))
+        todo = [engine.prefill(6) or engine.decode(int(rng.integers(0, 2)))]
+        if event % SWEEP_EVERY == 0:
+            todo.append(engine.sweep())
+        for step in todo:
+            if step is not None:
+                oracle.forward_or_sweep(step)
+                steps += 1
+                if oracle.index:
+                    return steps
+    return None
+
+
+def serving_cell(results) -> str:
+    made = [r for r in results if r is not False]
+    seen = sorted(r for r in made if r is not None)
+    if not made:
+        return "no place"
+    if not seen:
+        return f"never (0 of {len(made)})"
+    return f"{len(seen)} of {len(made)}, median step {seen[len(seen) // 2]}, last {seen[-1]}"
+
+
 def cell(results) -> str:
     made = [r for r in results if r is not None]
     seen = [r for r in made if r[0] is not None]
@@ -95,7 +143,7 @@ def cell(results) -> str:
 def render() -> tuple[str, list[str]]:
     """The document and the problems met (a due report missing, a report on a correct history)."""
     problems = []
-    rows = []
+    rows, serving_rows = [], []
     for kind in FAULT_KINDS:
         cells = []
         for mode in range(3):
@@ -105,6 +153,10 @@ def render() -> tuple[str, list[str]]:
                     problems += [f"{kind}, {MODES[mode]}: {p}" for p in r[2]]
             cells.append(cell(results))
         rows.append(f"| `{kind}`: {WHAT[kind]} | " + " | ".join(cells) + " |")
+        served = [
+            serving_cell([serving(kind, mode, i) for i in range(TRIALS)]) for mode in range(3)
+        ]
+        serving_rows.append(f"| `{kind}` | " + " | ".join(served) + " |")
     text = (
         f"""# Which faults each hash mode reports
 
@@ -115,7 +167,8 @@ date. Do not edit by hand.
 Each cell: in how many of {TRIALS} engine histories the fault was reported (histories with no
 place for it are not counted), the steps after the fault until the first report (the settle:
 a fresh request is admitted; 1 prefill, 2 decode, 3 prefill, 4 decode, 5 the cache sweep; a
-step with nothing to run is not counted), and the most frequent reasons. The histories cycle
+step with nothing to run is not counted), and the most frequent reasons. The first table runs the
+settle right after the fault; the second lets the server go on. The histories cycle
 over pages of 1, 2 and 4 slots, with and without a sliding window of 5 and the EAGLE offset;
 the KV byte a fault changes is drawn from 0 to 31 of a slot's 32 bytes. Without a fault, no
 history reports anything.
@@ -124,6 +177,18 @@ history reports anything.
 |---|---|---|---|
 """
         + "\n".join(rows)
+        + f"""
+
+As a server goes on. The same engines; after the fault, {EVENTS} random scheduler events
+(admissions, half of them sharing a cached prefix, finishes, retractions, readmissions,
+evictions), each followed by the next forward, and a cache sweep every {SWEEP_EVERY} events.
+A fault whose request finishes, or whose page is freed and written again, before anything
+reads it goes unreported: these cells count how often that happens.
+
+| fault | `NONE` | `PARTIAL` | `ALL` |
+|---|---|---|---|
+"""
+        + "\n".join(serving_rows)
         + """
 
 Reading it for `--kv-canary-real-data`:
@@ -133,7 +198,9 @@ Reading it for `--kv-canary-real-data`:
 - `PARTIAL` reads the first 16 bytes of each slot: it sees a changed KV byte only there (about
   half of the drawn bytes).
 - `ALL` reads every byte and sees every class.
-- A change to a cached slot no request uses is seen only by the cache sweep (step 5).
+- A change to a cached slot no request uses is seen only by the cache sweep (step 5), or by a
+  request that shares the prefix later: without sweeps it can stay unseen until the slot is
+  evicted.
 - Under a sliding window a fault can leave the window before any verify reads it, and a slot
   named twice with identical records (the same tokens at the same positions) is harmless and
   not reported: those histories count as not reported.
