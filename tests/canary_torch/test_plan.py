@@ -4,6 +4,7 @@ against a per-entry loop written here from the contract."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -158,6 +159,10 @@ def test_translation_keeps_negative_slots_and_maps_an_evicted_slot_to_zero():
     verify, write = plan([(1, 4, 2)], table=table, req_to_token=req_to_token)
     assert write.write_seed_slot_indices[0].item() == -8
     assert entries(verify)[3] == (-8, -1, 3, 0)
+    req_to_token[1, 3] = -1  # -1 too: not the table's slot 0
+    verify, write = plan([(1, 4, 2)], table=table, req_to_token=req_to_token)
+    assert write.write_seed_slot_indices[0].item() == -1
+    assert entries(verify)[3] == (-1, -1, 3, 0)
 
 
 def test_expected_tokens_come_from_the_pool_with_offset_below_the_valid_length():
@@ -249,6 +254,11 @@ def _strided(n: int, dtype=torch.int64) -> torch.Tensor:
     return torch.zeros(2 * n, dtype=dtype)[::2]
 
 
+def _write_plan(**fields) -> tb.WritePlan:
+    """The write plan of :func:`valid_arguments` (3 requests) with ``fields`` replaced."""
+    return dataclasses.replace(plans(capacity=8, write_capacity=3)[1], **fields)
+
+
 PLAN_NAME = "launch_canary_plan_kernels"
 # (rule, changes to the valid arguments, exception, exact message or the words it names)
 PLAN_REFUSALS = [
@@ -256,6 +266,15 @@ PLAN_REFUSALS = [
     ("P1", {"write_plan_out": "plan"}, TypeError, ("write_plan_out",)),
     ("P1", {"prefix_lens": [3, 50, 2]}, TypeError, ("prefix_lens",)),
     ("P1", {"req_to_token": None}, TypeError, ("req_to_token",)),
+    ("P1", {"req_pool_indices": None}, TypeError, ("req_pool_indices",)),
+    ("P1", {"prefix_lens": None}, TypeError, ("prefix_lens",)),
+    ("P1", {"extend_seq_lens": None}, TypeError, ("extend_seq_lens",)),
+    (
+        "P1",
+        {"write_plan_out": _write_plan(write_offsets=None)},
+        TypeError,
+        ("write_plan_out.write_offsets",),
+    ),
     ("P1", {"full_to_swa_index_mapping": np.arange(9)}, TypeError, ("full_to_swa",)),
     ("P1", {"swa_window_size": 2.0}, TypeError, ("swa_window_size",)),
     ("P1", {"verify_capacity": True}, TypeError, ("verify_capacity",)),
@@ -263,6 +282,12 @@ PLAN_REFUSALS = [
     (
         "P2",
         {"full_to_swa_index_mapping": None},
+        ValueError,
+        f"kv-canary: {PLAN_NAME} requires full_to_swa_index_mapping when swa_window_size > 0",
+    ),
+    (  # from a window of 1
+        "P2",
+        {"swa_window_size": 1, "full_to_swa_index_mapping": None},
         ValueError,
         f"kv-canary: {PLAN_NAME} requires full_to_swa_index_mapping when swa_window_size > 0",
     ),
@@ -276,6 +301,13 @@ PLAN_REFUSALS = [
     (
         "P4",
         {"req_pool_indices": torch.zeros(4097, dtype=torch.int64)},
+        ValueError,
+        f"kv-canary: {PLAN_NAME} supports at most bs=4096 reqs per launch, got bs=4097. Bump "
+        "_PLAN_BS_BLOCK_SIZE if real workloads need this.",
+    ),
+    (  # bs is shape[0] of any shape: 4097 here
+        "P4",
+        {"req_pool_indices": torch.zeros(4097, 1, dtype=torch.int64)},
         ValueError,
         f"kv-canary: {PLAN_NAME} supports at most bs=4096 reqs per launch, got bs=4097. Bump "
         "_PLAN_BS_BLOCK_SIZE if real workloads need this.",
@@ -306,8 +338,14 @@ PLAN_REFUSALS = [
         "kv-canary: req_to_token must be contiguous",
     ),
     ("P8", {"swa_window_size": -1}, ValueError, ("swa_window_size", "-1")),
+    (  # without a table too: P8, not P2
+        "P8",
+        {"swa_window_size": -1, "full_to_swa_index_mapping": None},
+        ValueError,
+        ("swa_window_size", "-1"),
+    ),
     ("P9", {"req_to_token": page_table().long()}, ValueError, ("req_to_token", "int64")),
-    ("P9", {"prefix_lens": torch.tensor([3, 50])}, ValueError, ("prefix_lens", "(2,)")),
+    ("P9", {"prefix_lens": torch.tensor([3, 50])}, ValueError, ("prefix_lens", "(2,)", "(3,)")),
     (
         "P9",
         {"req_to_verify_expected_tokens": torch.zeros(COLUMNS, dtype=torch.int32)},
@@ -320,11 +358,30 @@ PLAN_REFUSALS = [
         ValueError,
         ("full_to_swa_index_mapping", "int32"),
     ),
+    ("P9", {"req_pool_indices": torch.tensor(1)}, ValueError, ("req_pool_indices", "()")),
+    (  # 3 requests: 4 offsets, not 5
+        "P9",
+        {"write_plan_out": _write_plan(write_offsets=torch.zeros(5, dtype=torch.int64))},
+        ValueError,
+        ("write_plan_out.write_offsets", "(5,)", "(4,)"),
+    ),
+    (  # bs is shape[0]: 1 here, so P4 holds and P9 refuses the shape
+        "P9",
+        {"req_pool_indices": torch.zeros(1, 5000, dtype=torch.int64)},
+        ValueError,
+        ("req_pool_indices", "(1, 5000)"),
+    ),
     (
         "P10",
         {"req_pool_indices": torch.tensor([1, 0, 6])},
         IndexError,
         ("req_pool_indices[2]", "6", "6"),
+    ),
+    (  # a row past the table's end (7 of 6 rows), not just at it
+        "P10",
+        {"req_pool_indices": torch.tensor([1, 0, 7])},
+        IndexError,
+        ("req_pool_indices[2]", "7", "req_to_token", "6"),
     ),
     (
         "P10",
@@ -336,7 +393,7 @@ PLAN_REFUSALS = [
         "P10",
         {"req_to_verify_expected_tokens": torch.zeros(2, COLUMNS, dtype=torch.int32)},
         IndexError,
-        ("req_pool_indices[2]", "2", "2"),
+        ("req_pool_indices[2]", "2", "req_to_verify_expected_tokens", "2"),
     ),
     ("P11", {"prefix_lens": torch.tensor([3, 50, 11])}, ValueError, ("prefix_lens[2]", "11", "10")),
     (
@@ -434,6 +491,51 @@ def test_p13_names_the_first_slot_in_plan_order_also_on_overflow():
         plan([(2, 4, 1), (1, 4, 1)], capacity=1, **arguments)
     verify, _ = plan([(2, 4, 1), (0, 4, 1)], **arguments)  # row 1 only as padding
     assert [entry[0] for entry in entries(verify)] == [202, 203]
+
+
+def test_p13_on_overflow_reads_exactly_the_slots_the_plan_translates():
+    """On overflow P13 finds a slot at position 0 (no window) and the previous slot of a row's
+    only entry, reads no slot before a row's window or past its prefix, and a batch whose
+    every window starts late overflows."""
+    req_to_token = page_table()
+    req_to_token[1, 0] = 5000
+    with pytest.raises(ValueError, match="SWA slot 5000 is outside"):
+        plan([(1, 2, 1)], capacity=1, table=torch.arange(300), req_to_token=req_to_token)
+    verify, write = plan([(1, 9, 1), (2, 9, 2)], capacity=3, window=2, table=torch.arange(300))
+    assert int(verify.verify_num_valid) == 3 and int(verify.enable) == 0
+    assert untouched_past(verify, 0)
+    assert write.write_offsets.tolist() == [0, 1, 3, 0, 0, 0, 0]
+    assert write.write_seed_slot_indices[:2].tolist() == [108, 208]
+    req_to_token = page_table()
+    req_to_token[2, 4] = req_to_token[2, 6] = 7000  # at and past row 2's prefix (4)
+    req_to_token[1, 4] = 7000  # before row 1's window (prefix 8, window 2: positions 6, 7)
+    rows = [(2, 4, 1), (1, 8, 1)]
+    verify, _ = plan(rows, capacity=1, window=2, table=torch.arange(300), req_to_token=req_to_token)
+    assert int(verify.verify_num_valid) == 1 and int(verify.enable) == 0
+    req_to_token = page_table()
+    req_to_token[1, 1] = 5000  # the previous slot of row 1's one entry (prefix 3, window 1)
+    rows = [(1, 3, 1), (2, 3, 1)]
+    with pytest.raises(ValueError, match="SWA slot 5000 is outside"):
+        plan(rows, capacity=1, window=1, table=torch.arange(300), req_to_token=req_to_token)
+
+
+def test_p13_on_overflow_reads_every_block_of_rows(monkeypatch):
+    """With chunks of 6 entries the overflowing rows are read three at a time: a slot past the
+    table in the second row of the second block (no seed reads it) is found."""
+    monkeypatch.setattr(tb._plan, "_CHUNK_ENTRIES", 6)
+    req_to_token = page_table()
+    req_to_token[5, 1] = 5000
+    rows = [(1, 2, 1), (2, 2, 1), (3, 2, 1), (4, 2, 1), (5, 2, 0)]  # blocks: rows 0-2, 3-4
+    with pytest.raises(ValueError, match="SWA slot 5000 is outside"):
+        plan(rows, capacity=1, table=torch.arange(1000), req_to_token=req_to_token)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_entries_made_in_chunks_of_a_few_rows_are_the_same(seed, monkeypatch):
+    """With chunks of 7 entries (not 2**20), the random batches are made a few whole rows at a
+    time, rows longer than a chunk alone, and give the same plans."""
+    monkeypatch.setattr(tb._plan, "_CHUNK_ENTRIES", 7)
+    test_random_batches_match_a_per_entry_loop_and_the_reference(seed)
 
 
 # --- random batches against a per-entry loop ----------------------------------------------------
@@ -634,6 +736,13 @@ def test_scatter_of_nothing():
     assert torch.equal(pool, stale_pool())
 
 
+def test_scatter_into_rows_of_one_position():
+    """A pool row of one position takes its request's first token and drops the rest."""
+    pool = torch.full((3, 1), -7, dtype=torch.int32)
+    scatter([5, 6, 7], [0, 2, 3], [2, 1], pool)
+    assert pool.tolist() == [[-7], [7], [5]]
+
+
 def test_scatter_matches_a_per_token_loop_and_the_reference():
     """A random batch of 300 requests matches the contract written as a loop over tokens, and
     the oracle."""
@@ -723,10 +832,20 @@ SCATTER_REFUSALS = [
     ),
     ("S9", {"flat_in": torch.arange(10)[::2]}, ValueError, ("flat_in", "contiguous")),
     ("S10", {"offsets": torch.tensor([1, 2, 5])}, ValueError, ("offsets", "[1, 2, 5]")),
+    ("S10", {"offsets": torch.tensor([-1, 2, 5])}, ValueError, ("offsets", "[-1, 2, 5]")),
     ("S10", {"offsets": torch.tensor([0, 3, 2])}, ValueError, ("offsets", "[0, 3, 2]")),
     ("S10", {"offsets": torch.tensor([0, 2, 4])}, ValueError, ("offsets", "[0, 2, 4]")),
+    ("S10", {"offsets": torch.tensor([0, 2, 6])}, ValueError, ("offsets", "[0, 2, 6]")),
     ("S11", {"req_pool_indices": torch.tensor([1, 4])}, IndexError, ("req_pool_indices[1]", "4")),
     ("S11", {"req_pool_indices": torch.tensor([-1, 2])}, IndexError, ("req_pool_indices[0]", "-1")),
+    # a row past the pool's end (5 of 4 rows), not just at it; a request of one token
+    ("S11", {"req_pool_indices": torch.tensor([1, 5])}, IndexError, ("req_pool_indices[1]", "5")),
+    (
+        "S11",
+        {"offsets": torch.tensor([0, 4, 5]), "req_pool_indices": torch.tensor([1, -1])},
+        IndexError,
+        ("req_pool_indices[1]", "-1"),
+    ),
 ]
 
 
