@@ -121,7 +121,7 @@ class EngineMachine(stateful.RuleBasedStateMachine):
 
 def test_engine_histories_agree_with_the_reference_and_report_each_fault(impl, device):
     """Over an engine's history (prefix sharing, chunked prefill, padding, retraction, eviction, SWA, EAGLE) the implementation equals the reference after every launch, the ring stays empty without a fault, and a fault is reported where its class predicts."""
-    settings = examples(0.3)
+    settings = examples(0.2)
     stateful.run_state_machine_as_test(
         lambda: EngineMachine(impl, device),
         settings=hypothesis.settings(settings, stateful_step_count=engine_step_sizes()["steps"]),
@@ -129,7 +129,7 @@ def test_engine_histories_agree_with_the_reference_and_report_each_fault(impl, d
 
 
 @pytest.mark.parametrize("kind", FAULT_KINDS)
-@examples(0.03)
+@examples(0.02)
 @hypothesis.given(
     config=engine_configs(**engine_sizes()), pick=st.integers(0, 2**10), byte=st.integers(0, 31)
 )
