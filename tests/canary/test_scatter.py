@@ -236,3 +236,26 @@ def test_s11_a_request_with_tokens_names_a_row_of_the_pool():
     # a request without tokens may name anything
     pool = scatter(i64([5]), i64([0, 0, 1]), i64([99, 3]), fresh_pool())
     assert pool[3].tolist() == [5, STALE, STALE, STALE]
+
+
+def test_s10_s11_at_their_edges():
+    """S10 refuses offsets starting below 0; S11 names the pool's rows (not its row length),
+    refuses a row past the pool's end, not only at it, and lets a request without tokens that
+    follows one with tokens name anything."""
+    refused(
+        ValueError,
+        "kv-canary: scatter_req_token_ids offsets ",
+        offsets=i64([-1, 2, 4]),
+        flat_in=torch.arange(4, dtype=torch.int64),
+    )
+    refused(
+        IndexError,
+        exactly(
+            "kv-canary: scatter_req_token_ids req_pool_indices[1] = 6 is not a row of "
+            "pool_out (5 rows)"
+        ),
+        req_pool_indices=i64([1, 6]),
+        pool_out=fresh_pool(rows=5, row_len=3),
+    )
+    pool = scatter(i64([5, 6]), i64([0, 2, 2]), i64([2, 99]), fresh_pool())
+    assert pool[2].tolist() == [5, 6, STALE, STALE]
