@@ -29,6 +29,7 @@ import sys
 import tempfile
 import textwrap
 import types
+import weakref
 from pathlib import Path
 
 import canary
@@ -153,3 +154,17 @@ def export(namespace: dict) -> None:
     namespace.update({name: getattr(canary, name) for name in names})
     namespace["__version__"] = canary.__version__
     namespace["__all__"] = names
+
+
+class TensorMemory:
+    """What a mutant remembers of a tensor across launches, keyed by the tensor object itself
+    (a tensor is not a dictionary key: its ``==`` is elementwise), forgotten when it is freed."""
+
+    def __init__(self) -> None:
+        self._held: dict[int, tuple[weakref.ref, dict]] = {}
+
+    def of(self, tensor) -> dict:
+        held = self._held.get(id(tensor))
+        if held is None or held[0]() is not tensor:
+            held = self._held[id(tensor)] = (weakref.ref(tensor), {})
+        return held[1]

@@ -5,23 +5,13 @@ serves many launches, as in an engine: a row recycled for another request, or an
 since, is planned with the slots it held before. Every property that makes its table afresh
 passes. Kept safe: the cached slots are ones the same table held, inside the same row."""
 
-import weakref
-
 import torch
 
 import canary.plan as plan_module
-from strength.known_bad._mutate import export, install
+from strength.known_bad._mutate import TensorMemory, export, install
 
 _real = plan_module.launch_canary_plan_kernels
-_seen: dict = {}  # id of a tensor -> (a weak reference to it, what is remembered of it)
-
-
-def _memory(tensor) -> dict:
-    """What is remembered of ``tensor`` (a tensor is not a dictionary key: its == is elementwise)."""
-    held = _seen.get(id(tensor))
-    if held is None or held[0]() is not tensor:
-        held = _seen[id(tensor)] = (weakref.ref(tensor), {})
-    return held[1]
+_memory = TensorMemory().of
 
 
 def launch_canary_plan_kernels(**kwargs):

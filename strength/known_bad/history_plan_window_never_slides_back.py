@@ -4,23 +4,13 @@ table serves many launches: a row recycled for a request with a shorter prefix k
 owner's window start, so the new request's first positions go unverified. Every property that
 makes its table afresh passes. Kept safe: it only plans fewer positions of the same row."""
 
-import weakref
-
 import torch
 
 import canary.plan as plan_module
-from strength.known_bad._mutate import export, install
+from strength.known_bad._mutate import TensorMemory, export, install
 
 _real = plan_module.launch_canary_plan_kernels
-_starts: dict = {}  # id of a tensor -> (a weak reference to it, what is remembered of it)
-
-
-def _memory(tensor) -> dict:
-    """What is remembered of ``tensor`` (a tensor is not a dictionary key: its == is elementwise)."""
-    held = _starts.get(id(tensor))
-    if held is None or held[0]() is not tensor:
-        held = _starts[id(tensor)] = (weakref.ref(tensor), {})
-    return held[1]
+_memory = TensorMemory().of
 
 
 def launch_canary_plan_kernels(**kwargs):

@@ -4,23 +4,13 @@ serves many launches, as in an engine: a row recycled for another request keeps 
 tokens, and verify then reports tokens that are right. Every property that makes its pool
 afresh passes. Kept safe: it only leaves pool entries as they were."""
 
-import weakref
-
 import torch
 
 import canary.scatter as scatter_module
-from strength.known_bad._mutate import export, install
+from strength.known_bad._mutate import TensorMemory, export, install
 
 _real = scatter_module.launch_scatter_req_token_ids_kernel
-_seen: dict = {}  # id of a tensor -> (a weak reference to it, what is remembered of it)
-
-
-def _memory(tensor) -> dict:
-    """What is remembered of ``tensor`` (a tensor is not a dictionary key: its == is elementwise)."""
-    held = _seen.get(id(tensor))
-    if held is None or held[0]() is not tensor:
-        held = _seen[id(tensor)] = (weakref.ref(tensor), {})
-    return held[1]
+_memory = TensorMemory().of
 
 
 def launch_scatter_req_token_ids_kernel(**kwargs):
