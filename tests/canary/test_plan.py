@@ -320,7 +320,9 @@ def plan_by_hand(args: dict):
 @pytest.mark.parametrize("with_swa", [False, True])
 def test_a_large_batch_matches_the_rules_step_by_step(with_swa):
     """1,500 rows (two steps of the offsets kernel), ~6,000 entries (several entry programs),
-    padding rows and negative lengths mixed in: every field as the contract's steps give it."""
+    padding rows and negative lengths mixed in: every field as the contract's steps give it.
+    With a window the plan's capacity is exactly its total, so a host total off by anything
+    overflows the grid's sizing and leaves entries past the first program unwritten."""
     gen = torch.Generator().manual_seed(7)
     bs, pool_rows, row_len = 1500, 400, 16
     table = torch.randint(-2, 3000, (pool_rows, row_len), generator=gen, dtype=torch.int32)
@@ -330,10 +332,9 @@ def test_a_large_batch_matches_the_rules_step_by_step(with_swa):
     prefix = torch.randint(-2, row_len + 1, (bs,), generator=gen)
     extend = torch.randint(-1, 4, (bs,), generator=gen)
     lens = torch.randint(-1, row_len + 1, (bs,), generator=gen)
-    verify, write = plans(capacity=12000, write_capacity=bs + 3)
     args = arguments(
-        verify,
-        write,
+        None,
+        None,
         req_pool_indices=rows,
         prefix_lens=prefix,
         extend_seq_lens=extend,
@@ -344,10 +345,13 @@ def test_a_large_batch_matches_the_rules_step_by_step(with_swa):
         req_to_verify_expected_tokens_valid_lens=lens,
         kv_token_id_vs_position_offset=1,
     )
-    canary.launch_canary_plan_kernels(**args)
     planned, offsets, seeds = plan_by_hand(args)
     n = len(planned)
     assert n > plan_module.PLAN_ENTRIES_BLOCK
+    capacity = n if with_swa else 12000
+    verify, write = plans(capacity=capacity, write_capacity=bs + 3)
+    args.update(verify_plan_out=verify, write_plan_out=write, verify_capacity=capacity)
+    canary.launch_canary_plan_kernels(**args)
     got = list(
         zip(
             verify.verify_slot_indices[:n].tolist(),
@@ -494,6 +498,26 @@ def test_p6_the_write_plan_holds_every_row():
         ValueError,
         exactly("kv-canary: bs=3 exceeds write_req_capacity=2"),
         plans=plans(write_capacity=2),
+        req_pool_indices=rows,
+        prefix_lens=rows,
+        extend_seq_lens=rows,
+    )
+
+
+def test_p6_names_the_seeds_length_also_of_a_tensor_p9_refuses():
+    """write_req_capacity is the seeds' length, their first dimension: P6 comes before P9, so a
+    2-D seed tensor too short for the batch is refused by P6, naming that length."""
+    verify, write = plans()
+    wide = canary.WritePlan(
+        write_offsets=write.write_offsets,
+        write_seed_slot_indices=torch.zeros(2, 7, dtype=torch.int64),
+        write_num_valid_reqs=write.write_num_valid_reqs,
+    )
+    rows = i64([1, 2, 3])
+    refused(
+        ValueError,
+        exactly("kv-canary: bs=3 exceeds write_req_capacity=2"),
+        plans=(verify, wide),
         req_pool_indices=rows,
         prefix_lens=rows,
         extend_seq_lens=rows,
@@ -667,6 +691,53 @@ def test_p13_every_translated_slot_is_in_the_table():
         swa_window_size=2,
         full_to_swa_index_mapping=lut,
     )
+
+
+def test_p13_reads_a_one_position_prefix_and_nothing_of_rows_without_one():
+    """A row with prefix 1 translates the slot of position 0 (its one entry and its seed); a
+    real row with prefix 0 and a padding row translate nothing, whatever their position 0
+    holds."""
+    table = torch.zeros(4, ROW_LEN, dtype=torch.int32)
+    table[0, 0] = 500  # the padding row's position 0
+    table[1, 0] = 600
+    table[2, 0] = 700
+    table[3, 0] = 7
+    lut = torch.arange(10, dtype=torch.int64) + 20
+    refused(
+        ValueError,
+        exactly("kv-canary: SWA slot 600 is outside full_to_swa_index_mapping length 10"),
+        req_to_token=table,
+        req_pool_indices=i64([1]),
+        prefix_lens=i64([1]),
+        swa_window_size=3,
+        full_to_swa_index_mapping=lut,
+    )
+    # prefill from scratch (prefix 0) and padding: nothing to translate, so nothing refused
+    verify, write = run(
+        req_to_token=table,
+        req_pool_indices=i64([2, 0, 3]),
+        prefix_lens=i64([0, 0, 1]),
+        extend_seq_lens=i64([4, 1, 1]),
+        swa_window_size=3,
+        full_to_swa_index_mapping=lut,
+    )
+    assert entries(verify, 1)["slots"] == [27]
+    assert entries(verify, 2)["num_valid"] == 1
+    assert write.write_seed_slot_indices[:3].tolist() == [-1, -1, 27]
+
+
+def test_valid_lengths_without_a_pool_are_never_read():
+    """P3 asks for the valid lengths with the pool, not the other way round: lengths given
+    without a pool (past any row, so P12 would refuse them with one) change nothing."""
+    verify, write = run(req_to_verify_expected_tokens_valid_lens=i64([99]))
+    assert entries(verify, 2) == {
+        "slots": [101, 102],
+        "tokens": [-1, -1],
+        "positions": [0, 1],
+        "prev": [-1, 101],
+        "num_valid": 2,
+        "enable": 1,
+    }
 
 
 def test_numpy_integers_are_ints():
