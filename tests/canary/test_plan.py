@@ -453,6 +453,7 @@ def test_p2_a_window_needs_its_table():
         swa_window_size=4,
         req_to_verify_expected_tokens=page_table(),  # P3 is broken too: P2 comes first
     )
+    refused(ValueError, "kv-canary: launch_canary_plan_kernels requires ", swa_window_size=1)
 
 
 def test_p3_a_pool_needs_its_valid_lengths():
@@ -593,6 +594,8 @@ def test_p9_plan_fields_have_their_dtype_and_shape():
     wrong = canary.VerifyPlan(**{**fields, "enable": torch.ones(2, dtype=torch.int32)})
     message = refused(ValueError, "kv-canary: verify_plan_out.enable ", plans=(wrong, write))
     assert "[1]" in message and "[2]" in message
+    wrong = canary.VerifyPlan(**{**fields, "verify_num_valid": torch.ones(1, dtype=torch.int64)})
+    refused(ValueError, "kv-canary: verify_plan_out.verify_num_valid ", plans=(wrong, write))
     wrong = canary.VerifyPlan(**{**fields, "verify_prev_slot_indices": torch.zeros(16).int()})
     refused(
         ValueError, "kv-canary: verify_plan_out.verify_prev_slot_indices ", plans=(wrong, write)
@@ -690,6 +693,24 @@ def test_p13_every_translated_slot_is_in_the_table():
         prefix_lens=i64([6]),
         swa_window_size=2,
         full_to_swa_index_mapping=lut,
+    )
+
+
+def test_p13_checks_each_row_s_own_positions():
+    """Two windowed rows: the second row's window head has its previous slot past the table,
+    which is found where the second row's positions start, after the first row's."""
+    table = torch.zeros(3, ROW_LEN, dtype=torch.int32)
+    table[1] = torch.arange(1, ROW_LEN + 1, dtype=torch.int32)
+    table[2] = torch.tensor([1, 2, 3, 950, 4, 5, 6, 7], dtype=torch.int32)
+    refused(
+        ValueError,
+        exactly("kv-canary: SWA slot 950 is outside full_to_swa_index_mapping length 10"),
+        req_to_token=table,
+        req_pool_indices=i64([1, 2]),
+        prefix_lens=i64([5, 7]),
+        extend_seq_lens=i64([1, 1]),
+        swa_window_size=3,
+        full_to_swa_index_mapping=torch.arange(10, dtype=torch.int64),
     )
 
 
