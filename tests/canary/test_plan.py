@@ -525,6 +525,24 @@ def test_p6_names_the_seeds_length_also_of_a_tensor_p9_refuses():
     )
 
 
+def test_p4_p6_count_the_first_dimension_also_of_a_tensor_p9_refuses():
+    """bs is req_pool_indices.shape[0]: P4 and P6 come before P9 and count it for a 2-D
+    tensor too."""
+    rows = torch.ones(4097, 1, dtype=torch.int64)
+    refused(
+        ValueError,
+        "kv-canary: launch_canary_plan_kernels supports at most bs=4096 reqs per launch, "
+        "got bs=4097",
+        req_pool_indices=rows,
+    )
+    refused(
+        ValueError,
+        exactly("kv-canary: bs=3 exceeds write_req_capacity=2"),
+        plans=plans(write_capacity=2),
+        req_pool_indices=torch.ones(3, 1, dtype=torch.int64),
+    )
+
+
 def test_p7_every_tensor_is_contiguous():
     refused(
         ValueError,
@@ -722,6 +740,7 @@ def test_p13_reads_a_one_position_prefix_and_nothing_of_rows_without_one():
     table[0, 0] = 500  # the padding row's position 0
     table[1, 0] = 600
     table[2, 0] = 700
+    table[2, ROW_LEN - 1] = 800  # the word before row 3
     table[3, 0] = 7
     lut = torch.arange(10, dtype=torch.int64) + 20
     refused(
