@@ -317,6 +317,23 @@ def plan_by_hand(args: dict):
     return planned, offsets, seeds
 
 
+def test_one_entry_past_a_program_is_planned_beside_rows_without_entries():
+    """2,049 entries, one past the first entry program, with a padding row and rows of prefix
+    0 and -3 around them: rows without entries count 0 entries, so the last entry is planned."""
+    row_len = plan_module.PLAN_ENTRIES_BLOCK + 1
+    table = page_table(rows=3, row_len=row_len)
+    verify, write = run(
+        capacity=row_len,
+        req_to_token=table,
+        req_pool_indices=i64([0, 2, 1, 0, 1]),
+        prefix_lens=i64([0, 0, row_len, 5, -3]),
+        extend_seq_lens=i64([1, 4, 1, 1, 1]),
+    )
+    assert verify.verify_slot_indices.tolist() == table[1].tolist()
+    assert verify.verify_expected_positions.tolist() == list(range(row_len))
+    assert (int(verify.verify_num_valid), int(verify.enable)) == (row_len, 1)
+
+
 @pytest.mark.parametrize("with_swa", [False, True])
 def test_a_large_batch_matches_the_rules_step_by_step(with_swa):
     """1,500 rows (two steps of the offsets kernel), ~6,000 entries (several entry programs),
@@ -612,6 +629,8 @@ def test_p9_plan_fields_have_their_dtype_and_shape():
     wrong = canary.VerifyPlan(**{**fields, "enable": torch.ones(2, dtype=torch.int32)})
     message = refused(ValueError, "kv-canary: verify_plan_out.enable ", plans=(wrong, write))
     assert "[1]" in message and "[2]" in message
+    wrong = canary.VerifyPlan(**{**fields, "verify_expected_tokens": torch.zeros(15).long()})
+    refused(ValueError, "kv-canary: verify_plan_out.verify_expected_tokens ", plans=(wrong, write))
     wrong = canary.VerifyPlan(**{**fields, "verify_num_valid": torch.ones(1, dtype=torch.int64)})
     refused(ValueError, "kv-canary: verify_plan_out.verify_num_valid ", plans=(wrong, write))
     wrong = canary.VerifyPlan(**{**fields, "verify_prev_slot_indices": torch.zeros(16).int()})
