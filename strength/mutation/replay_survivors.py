@@ -27,14 +27,19 @@ one line, and any mismatch exits 1:
 A triage file holds, for one session, ``survivors``: one entry per surviving mutant, with its
 ``operator`` (``core/NumberReplacer``), ``occurrence`` (cosmic-ray's index among that
 operator's mutants of the module), ``verdict`` (one of ``VERDICTS``) and a one-line
-``reason``; and ``unmapped``: survivors the triage counts but cannot name (``count``,
-``verdict``, ``reason`` and ``why``), which the check cannot match and reports as a note.
+``reason``; ``unmapped``: survivors the triage counts but cannot name (``count``,
+``verdict``, ``reason`` and ``why``), which the check cannot match and reports as a note; and
+``module_sha256``: the SHA-256 of the module whose session the triage was checked against, or
+null where that is not known. A module's mutants depend on its text alone, so while the module
+hashes to it the triage is *current*. ``--check --stamp`` writes the module's hash into the
+triage file when the check passes (run it against a fresh session of the module as it is).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -56,6 +61,7 @@ VERDICTS = {
     "gpu-only": "it changes only the compiled code, which a GPU or a compile check sees",
 }
 TRIAGE = Path(__file__).resolve().parent / "survivors"
+ROOT = Path(__file__).resolve().parents[2]
 _ENTRY = {"operator": str, "occurrence": int, "verdict": str, "reason": str}
 _UNMAPPED = {"count": int, "verdict": str, "reason": str, "why": str}
 
@@ -125,8 +131,16 @@ def with_tests(command: str, tests: list[str]) -> str:
 def load_triage(path: str | Path) -> dict:
     """The triage file at ``path``, checked for its shape; ``ValueError`` says what is wrong."""
     data = json.loads(Path(path).read_text())
-    if not isinstance(data, dict) or set(data) != {"session", "module", "survivors", "unmapped"}:
-        raise ValueError(f"{path}: keys must be session, module, survivors, unmapped")
+    keys = {"session", "module", "module_sha256", "survivors", "unmapped"}
+    if not isinstance(data, dict) or set(data) != keys:
+        raise ValueError(
+            f"{path}: keys must be session, module, module_sha256, survivors, unmapped"
+        )
+    digest = data["module_sha256"]
+    if digest is not None and not (
+        isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{64}", digest)
+    ):
+        raise ValueError(f"{path}: module_sha256 must be null or 64 lower-case hex digits")
     for kind, fields in (("survivors", _ENTRY), ("unmapped", _UNMAPPED)):
         for index, entry in enumerate(data[kind]):
             where = f"{path}: {kind}[{index}]"
@@ -147,6 +161,34 @@ def load_triage(path: str | Path) -> dict:
         if entry["count"] < 1:
             raise ValueError(f"{path}: unmapped[{index}]: count must be at least 1")
     return data
+
+
+def module_sha256(module: str | Path, root: Path | None = None) -> str:
+    """The SHA-256 of the module file ``module`` (relative to ``root``, by default the
+    repository's root), as a triage records it."""
+    return hashlib.sha256(((root or ROOT) / module).read_bytes()).hexdigest()
+
+
+def is_current(triage: dict, root: Path | None = None) -> bool:
+    """Whether ``triage`` (a loaded triage file) was checked against the module as it is now
+    (False when the module is gone)."""
+    if not ((root or ROOT) / triage["module"]).is_file():
+        return False
+    return bool(triage["module_sha256"] == module_sha256(triage["module"], root))
+
+
+def stamp(triage_path: str | Path, root: Path | None = None) -> str:
+    """Record the module's hash in the triage file at ``triage_path``; returns the hash."""
+    path = Path(triage_path)
+    digest = module_sha256(load_triage(path)["module"], root)
+    # in place, so that the file keeps its layout
+    text, found = re.subn(
+        r'("module_sha256":\s*)(null|"[0-9a-f]{64}")', rf'\1"{digest}"', path.read_text(), count=1
+    )
+    if found != 1:
+        raise ValueError(f"{path}: no module_sha256 to stamp")
+    path.write_text(text)
+    return digest
 
 
 def session_mutants(session: str) -> dict[tuple[str, int], dict]:
@@ -206,8 +248,9 @@ def _count(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
-def run_check(session: str, triage_path: str | Path | None) -> int:
-    """``--check``: print the mismatches and a summary line; 1 on any mismatch."""
+def run_check(session: str, triage_path: str | Path | None, stamp_it: bool = False) -> int:
+    """``--check``: print the mismatches and a summary line; 1 on any mismatch. With
+    ``stamp_it``, a passing check records the module's hash in the triage file."""
     name = Path(session).stem
     triage_path = Path(triage_path or TRIAGE / f"{name}.json")
     for path, what in ((Path(session), "session database"), (triage_path, "triage file")):
@@ -229,7 +272,13 @@ def run_check(session: str, triage_path: str | Path | None) -> int:
         f"{_count(len(triage['survivors']), 'triage entry', 'triage entries')}{note}: "
         + (_count(len(problems), "mismatch", "mismatches") if problems else "the triage matches")
     )
-    return 1 if problems else 0
+    if problems:
+        return 1
+    if stamp_it:
+        print(f"{name}: stamped {triage_path} with {triage['module']} {stamp(triage_path)}")
+    elif not is_current(triage):
+        print(f"{name}: note: the triage is not stamped with {triage['module']} as it is")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -242,6 +291,12 @@ def main(argv: list[str] | None = None) -> int:
         "--check",
         action="store_true",
         help="run nothing: check the session's triage data against its database",
+    )
+    parser.add_argument(
+        "--stamp",
+        action="store_true",
+        help="with --check: when the triage matches, record the module's hash in it (the "
+        "session must be of the module as it is)",
     )
     parser.add_argument(
         "--triage",
@@ -266,8 +321,10 @@ def main(argv: list[str] | None = None) -> int:
         "that a session's quick selection leaves out)",
     )
     args = parser.parse_args(argv)
+    if args.stamp and not args.check:
+        parser.error("--stamp goes with --check")
     if args.check:
-        return run_check(args.session, args.triage)
+        return run_check(args.session, args.triage, args.stamp)
     if args.config is None:
         parser.error("the session's config is needed, except with --check")
     if subprocess.run(["git", "diff", "--quiet"]).returncode:

@@ -3,6 +3,7 @@ mutant, and the triage data with the check that holds it to a session (docs/STRE
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -175,6 +176,7 @@ def triage_of(entries: list[tuple[str, int]], unmapped: int = 0) -> dict:
     return {
         "session": "fabricated",
         "module": "pkg/module.py",
+        "module_sha256": None,
         "survivors": [
             {"operator": op, "occurrence": occ, "verdict": "equivalent", "reason": "a reason"}
             for op, occ in entries
@@ -212,8 +214,51 @@ def test_the_triage_check_passes_when_every_survivor_has_one_entry(tmp_path, cap
     assert status == 0, out
     assert out.splitlines() == [
         "fabricated: 4 mutants (1 pending), 2 survived; 3 triage entries; "
-        "2 more counted by the triage but unmapped: the triage matches"
+        "2 more counted by the triage but unmapped: the triage matches",
+        "fabricated: note: the triage is not stamped with pkg/module.py as it is",
     ]
+
+
+def test_a_passing_check_stamps_the_triage_with_its_module(tmp_path, monkeypatch, capsys):
+    """--stamp records the module's SHA-256 in the triage file, keeping its layout; from then
+    on the triage is current until the module changes, and a check of an unstamped or stale
+    triage says so in a note without failing."""
+    tool = replay_tool()
+    module = tmp_path / "pkg" / "module.py"
+    module.parent.mkdir()
+    module.write_text("VALUE = 1\n")
+    monkeypatch.setattr(tool, "ROOT", tmp_path)
+    triage = triage_of([("core/NumberReplacer", 0), ("core/ReplaceComparisonOperator_Lt_LtE", 0)])
+    fabricated_session(tmp_path / "fabricated.sqlite", "pkg/module.py", SESSION_MUTANTS)
+    path = tmp_path / "fabricated.json"
+    path.write_text(json.dumps(triage, indent=1))
+    session = str(tmp_path / "fabricated.sqlite")
+    assert tool.main(["--check", session, "--triage", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "fabricated: note: the triage is not stamped with pkg/module.py as it is"
+    )
+    assert tool.main(["--check", "--stamp", session, "--triage", str(path)]) == 0
+    digest = hashlib.sha256(b"VALUE = 1\n").hexdigest()
+    assert capsys.readouterr().out.splitlines()[-1].endswith(f"pkg/module.py {digest}")
+    stamped = json.loads(path.read_text())
+    assert stamped == {**triage, "module_sha256": digest}
+    assert path.read_text() == json.dumps({**triage, "module_sha256": digest}, indent=1)
+    assert tool.is_current(stamped)
+    module.write_text("VALUE = 2\n")
+    assert not tool.is_current(stamped)
+    assert tool.main(["--check", session, "--triage", str(path)]) == 0
+    assert "note: the triage is not stamped" in capsys.readouterr().out
+
+
+def test_a_failing_check_stamps_nothing(tmp_path, capsys):
+    triage = triage_of([("core/NumberReplacer", 0)])
+    session = tmp_path / "fabricated.sqlite"
+    fabricated_session(session, "pkg/module.py", SESSION_MUTANTS)
+    path = tmp_path / "fabricated.json"
+    path.write_text(json.dumps(triage))
+    assert replay_tool().main(["--check", "--stamp", str(session), "--triage", str(path)]) == 1
+    assert json.loads(path.read_text())["module_sha256"] is None
+    assert "stamped" not in capsys.readouterr().out
 
 
 def test_the_triage_check_fails_on_a_survivor_without_an_entry(tmp_path, capsys):
@@ -264,6 +309,15 @@ def test_a_triage_entry_outside_the_vocabulary_is_refused(tmp_path):
     triage["survivors"][0].update(verdict="equivalent", line=12)
     path.write_text(json.dumps(triage))
     with pytest.raises(ValueError, match="fields must be operator, occurrence, verdict, reason"):
+        tool.load_triage(path)
+    del triage["survivors"][0]["line"]
+    triage["module_sha256"] = "ABC"
+    path.write_text(json.dumps(triage))
+    with pytest.raises(ValueError, match="module_sha256 must be null or 64 lower-case hex"):
+        tool.load_triage(path)
+    del triage["module_sha256"]
+    path.write_text(json.dumps(triage))
+    with pytest.raises(ValueError, match="keys must be session, module, module_sha256, "):
         tool.load_triage(path)
 
 
