@@ -522,6 +522,29 @@ def test_p6_the_write_plan_holds_every_row():
     )
 
 
+def test_p5_reads_the_first_dimension_also_of_a_tensor_p9_refuses():
+    """P5 compares the capacity with verify_slot_indices.shape[0] and names it, before P9
+    refuses a 2-D tensor."""
+    verify, write = plans()
+    fields = {f: getattr(verify, f) for f in verify.__dataclass_fields__}
+    wide = canary.VerifyPlan(**{**fields, "verify_slot_indices": torch.zeros(16, 3).long()})
+    refused(
+        ValueError,
+        exactly(
+            "kv-canary: launch_canary_plan_kernels verify_capacity=15 does not match "
+            "verify_plan_out.verify_slot_indices.shape[0]=16"
+        ),
+        plans=(wide, write),
+        verify_capacity=15,
+    )
+    refused(
+        ValueError,
+        "kv-canary: verify_plan_out.verify_slot_indices must have shape ",
+        plans=(wide, write),
+        verify_capacity=16,
+    )
+
+
 def test_p6_names_the_seeds_length_also_of_a_tensor_p9_refuses():
     """write_req_capacity is the seeds' length, their first dimension: P6 comes before P9, so a
     2-D seed tensor too short for the batch is refused by P6, naming that length."""
@@ -654,6 +677,7 @@ def test_p10_a_real_row_is_a_row_of_the_table_and_of_the_pool():
         extend_seq_lens=i64([0, 1, 1]),
     )
     assert "5" in message and "req_to_token" in message
+    refused(IndexError, "kv-canary: req_pool_indices\\[0\\] = 7", req_pool_indices=i64([7]))
     refused(
         IndexError,
         "kv-canary: req_pool_indices\\[0\\] = -1",
@@ -663,6 +687,14 @@ def test_p10_a_real_row_is_a_row_of_the_table_and_of_the_pool():
         IndexError,
         "kv-canary: req_pool_indices\\[0\\] = 3",
         req_pool_indices=i64([3]),
+        req_to_verify_expected_tokens=page_table(rows=3),
+        req_to_verify_expected_tokens_valid_lens=i64([1]),
+    )
+    assert "req_to_verify_expected_tokens (3 rows)" in message
+    message = refused(
+        IndexError,
+        "kv-canary: req_pool_indices\\[0\\] = 4",
+        req_pool_indices=i64([4]),
         req_to_verify_expected_tokens=page_table(rows=3),
         req_to_verify_expected_tokens_valid_lens=i64([1]),
     )
@@ -771,6 +803,15 @@ def test_p13_reads_a_one_position_prefix_and_nothing_of_rows_without_one():
         swa_window_size=3,
         full_to_swa_index_mapping=lut,
     )
+    # a window of 1 over prefix 5 translates positions 3 and 4 only, not position 0's 600
+    verify, write = run(
+        req_to_token=table,
+        req_pool_indices=i64([1]),
+        prefix_lens=i64([5]),
+        swa_window_size=1,
+        full_to_swa_index_mapping=lut,
+    )
+    assert entries(verify, 1)["slots"] == [20]
     # prefill from scratch (prefix 0) and padding: nothing to translate, so nothing refused
     verify, write = run(
         req_to_token=table,
