@@ -666,6 +666,13 @@ def test_p9_plan_fields_have_their_dtype_and_shape():
         write_num_valid_reqs=write.write_num_valid_reqs,
     )
     refused(ValueError, "kv-canary: write_plan_out.write_offsets ", plans=(verify, short))
+    # write_offsets holds seeds.shape[0] + 1 entries: with 2-D seeds, only the seeds are wrong
+    wide = canary.WritePlan(
+        write_offsets=torch.zeros(7, dtype=torch.int64),
+        write_seed_slot_indices=torch.zeros(6, 2, dtype=torch.int64),
+        write_num_valid_reqs=write.write_num_valid_reqs,
+    )
+    refused(ValueError, "kv-canary: write_plan_out.write_seed_slot_indices ", plans=(verify, wide))
 
 
 def test_p10_a_real_row_is_a_row_of_the_table_and_of_the_pool():
