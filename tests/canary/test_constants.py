@@ -36,6 +36,13 @@ def test_values_are_the_contracts(module):
     assert getattr(constants, PARTIAL_NAMES[module]) == spec.PARTIAL_READ_BYTES
 
 
+@pytest.mark.parametrize("module", ["canary.constants", "canary_torch._plan"])
+def test_the_padding_pool_row_is_the_contracts(module):
+    """REQ_POOL_IDX_PADDING (CONTRACT §12, §14): pool row 0."""
+    assert importlib.import_module(module).REQ_POOL_IDX_PADDING == reference.REQ_POOL_IDX_PADDING
+    assert reference.REQ_POOL_IDX_PADDING == 0
+
+
 @pytest.mark.parametrize("module", MODULES)
 def test_enums_are_the_contracts(module):
     constants = importlib.import_module(module)
