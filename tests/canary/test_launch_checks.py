@@ -91,3 +91,14 @@ def test_interpreter_needs_no_environment_variable():
         "assert h[0] != h[1] and 'TRITON_INTERPRET' not in os.environ\n"
     )
     subprocess.run([sys.executable, "-c", code], env=env, check=True)
+
+
+@pytest.mark.parametrize("nbpt", [0, -16, -32])
+def test_a_source_s_bytes_per_token_are_a_positive_multiple_of_16(nbpt):
+    """Rule 4 refuses 0 and negative multiples of 16, which pass the multiple-of-16 test."""
+    tensor = torch.ones(2, 64, dtype=torch.uint8)
+    message = (
+        f"kv-canary: RealKvSource.num_bytes_per_token must be a positive multiple of 16, got {nbpt}"
+    )
+    with pytest.raises(ValueError, match="^" + message + "$"):
+        canary.RealKvSource(tensor=tensor, page_size=4, num_bytes_per_token=nbpt, read_bytes=16)
