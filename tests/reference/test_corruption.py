@@ -30,14 +30,19 @@ def reports(corruption: Hit, *, check_token: bool = True, **more) -> dict[int, i
     return reference.corruption_reports(PLAN, corruption, check_token=check_token, **more)
 
 
+# what a flipped or stale field of slot 4 reports: its bit, and the successor's chain unless it
+# is the real-KV hash
+FIELD_REPORTS = [
+    (0, {4: TOKEN, 5: CHAIN}),
+    (1, {4: POSITION, 5: CHAIN}),
+    (2, {4: CHAIN, 5: CHAIN}),
+    (3, {4: REAL_KV}),
+]
+
+
 @pytest.mark.parametrize(
     ("field", "expected"),
-    [
-        (0, {4: TOKEN, 5: CHAIN}),
-        (1, {4: POSITION, 5: CHAIN}),
-        (2, {4: CHAIN, 5: CHAIN}),
-        (3, {4: REAL_KV}),
-    ],
+    FIELD_REPORTS,
 )
 def test_a_flipped_field_reports_its_bit_and_breaks_the_next_link(field, expected):
     """A flipped token, position or prev hash reports its own bit and the successor's chain;
@@ -85,12 +90,7 @@ MINE = (70001, 70002, 70003, 70004)
 @pytest.mark.parametrize("delta", [-1, 1])
 @pytest.mark.parametrize(
     ("field", "expected"),
-    [
-        (0, {4: TOKEN, 5: CHAIN}),
-        (1, {4: POSITION, 5: CHAIN}),
-        (2, {4: CHAIN, 5: CHAIN}),
-        (3, {4: REAL_KV}),
-    ],
+    FIELD_REPORTS,
 )
 def test_a_stale_record_reports_exactly_the_field_that_differs(field, expected, delta):
     """One field of the stale record differs, above or below the slot's own: that field's bit,
