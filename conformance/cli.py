@@ -16,12 +16,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from conformance.report import EXIT_STATUSES
+
 #: (option, its environment variable, what it does): what --help lists.
 OPTIONS = (
     ("--canary-impl MODULE", "CANARY_IMPL", "the implementation: a dotted module, a .py file or a package folder (default canary)"),
     ("--canary-device DEV", "CANARY_DEVICE", "the device of the tensors (default cuda if available, else cpu)"),
     ("--canary-level core|full", "CANARY_LEVEL", "core: what SGLang's kv_canary promises; full (default): the whole contract"),
     ("--canary-expect FILE", "CANARY_EXPECT", "the tests expected to fail, each with its reason (strict)"),
+    ("--canary-allow-missing GROUP", "CANARY_ALLOW_MISSING", "a group the implementation may lack (write_verify, plan); without it a run that skips one exits 7"),
     ("--canary-report PATH", "", "also write the report as JSON to PATH"),
     ("--canary-no-shrink", "", "report each failing property's first example, unshrunk"),
     ("--hypothesis-profile P", "HYPOTHESIS_PROFILE", "dev, ci (default when CI is set), nightly"),
@@ -43,8 +46,11 @@ def usage() -> str:
         "",
         "Any other argument goes to pytest (-x, -k EXPR, -q, ...; see pytest --help). Without a",
         "test selection the whole suite runs; select as pytest does under --pyargs, e.g.",
-        "conformance.test_plans. The exit status is pytest's (0 passed, 1 failed, 5 no tests).",
+        "conformance.test_plans. The summary names what the run did not check.",
+        "",
+        "exit status:",
     ]
+    lines += [f"  {code}  {word}: {meaning}" for code, word, meaning in EXIT_STATUSES]
     return "\n".join(lines)
 
 

@@ -76,6 +76,7 @@ LEVELS: dict[str, str | tuple[str, ...]] = {
     # §2 hashes and §1 enums
     "test_spec_vectors.py::test_spec_fingerprint_vectors": CORE,
     "test_spec_vectors.py::test_enums_are_the_contracts": CORE,
+    "test_spec_vectors.py::test_plan_constant_is_the_contracts": CORE,
     # §3 RealKvSource: rules 1, 2, 8 and 10 are additions
     "test_source_validation.py::test_spec_examples": (
         "tensor=*",  # rule 1

@@ -12,6 +12,7 @@ these names, never its internals.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
 import os
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from . import levels, profiles
-from .report import Recorder, check_writable, in_suite
+from .report import Recorder, SkipGroup, check_writable, cut, in_suite
 
 if TYPE_CHECKING:
     import torch
@@ -50,6 +51,12 @@ PLAN_NAMES = (
     "REQ_POOL_IDX_PADDING",
 )
 ENV_PREFIXES = ("CANARY_", "TRITON_", "HYPOTHESIS_")
+#: The contract groups an implementation may lack (CONTRACT §14), by the marker of their tests:
+#: what a run reports it did not check, and what ``--canary-allow-missing`` names.
+GROUPS = {
+    "write_verify": ("the write/verify group", WRITE_VERIFY_NAMES, ("§5", "§6", "§7", "§8", "§11")),
+    "plan": ("the plan group", PLAN_NAMES, ("§12", "§13", "§14", "§15")),
+}
 
 
 class Selection(types.SimpleNamespace):
@@ -89,6 +96,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="canary_no_shrink",
         help="report each property's first failing example as found, without shrinking it",
     )
+    group.addoption(
+        "--canary-allow-missing",
+        action="append",
+        default=None,
+        metavar="GROUP",
+        help="a contract group (write_verify, plan) the implementation may lack: its tests are "
+        "skipped and the run can still pass (default: $CANARY_ALLOW_MISSING, comma-separated, "
+        "or none: a run that skips a group exits 7)",
+    )
     # given by the suite's command (conformance/cli.py): a test outside the suite is refused
     group.addoption("--canary-suite-only", action="store_true", default=False, help=SUPPRESS)
 
@@ -111,8 +127,9 @@ def setting(config: pytest.Config, option: str, variable: str | None) -> tuple[s
         raise pytest.UsageError(
             f"{source} is empty"
             + ("" if source.startswith("-") else " (set, but to nothing)")
-            + f"; give a value, or leave {'the option' if source.startswith('-') else 'it unset'} "
-            "out for the default"
+            + "; give a value, or "
+            + ("leave the option out" if source.startswith("-") else "unset it")
+            + " for the default"
         )
     return value, source
 
@@ -150,9 +167,10 @@ def import_target(spec: str, source: str = "--canary-impl") -> tuple[str, str | 
     )
 
 
-def one_line(error: BaseException) -> str:
-    """``Type: message`` of an error in one line, with where it was raised (``file:line``)."""
-    text = " ".join(str(error).split())
+def one_line(error: BaseException, limit: int = 300) -> str:
+    """``Type: message`` of an error in one line, with where it was raised (``file:line``); a
+    message past ``limit`` characters is cut, with a mark (torch's can run to kilobytes)."""
+    text = cut(" ".join(str(error).split()), limit)
     if isinstance(error, SyntaxError):  # its message already names the file and the line
         return f"{type(error).__name__}: {text}"
     frames = traceback.extract_tb(error.__traceback__)
@@ -352,6 +370,7 @@ def profile_given(config: pytest.Config) -> str:
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """The profile is checked before Hypothesis' own plugin loads it (a traceback otherwise)."""
     profile_given(config)
+    config._canary_benchmarks_was_there = BENCHMARK_STORAGE.exists()  # before it is made
 
 
 # Last: Hypothesis' own plugin loads ``--hypothesis-profile NAME`` as given in its
@@ -384,7 +403,11 @@ def pytest_configure(config: pytest.Config) -> None:
     device = _device(config)
     check_device(device, _device_where(config))
     module, module_name, folder = _load(spec, source if given else "--canary-impl")
+    # whether the implementation's own import brought in Triton (before the suite's modules
+    # that import it): its launches on CPU tensors are then interpreted, and watched
+    uses_triton = "triton" in sys.modules
     check_environment(device)
+    allowed = _allowed_missing(config)
     from . import support
 
     support.IMPL_FOLDER = folder
@@ -405,6 +428,8 @@ def pytest_configure(config: pytest.Config) -> None:
         shrink_seconds=0 if no_shrink else profiles.shrink_seconds(loaded),
         write_verify=all(hasattr(module, name) for name in WRITE_VERIFY_NAMES),
         plan=all(hasattr(module, name) for name in PLAN_NAMES + WRITE_VERIFY_NAMES),
+        uses_triton=uses_triton,
+        allow_missing=allowed,
     )
     config._canary_selection = selection
     config.pluginmanager.register(
@@ -413,9 +438,68 @@ def pytest_configure(config: pytest.Config) -> None:
             report,
             lambda: describe_environment(selection),
             rerun_options=lambda: rerun_options_of(selection),
+            skip_groups=lambda: skip_groups(selection),
         ),
         "canary-report",
     )
+
+
+def _allowed_missing(config: pytest.Config) -> frozenset[str]:
+    """The groups ``--canary-allow-missing`` (or ``$CANARY_ALLOW_MISSING``) names."""
+    given = config.getoption("--canary-allow-missing", default=None)
+    source = "--canary-allow-missing"
+    if given is None and os.environ.get("CANARY_ALLOW_MISSING") is not None:
+        given, source = [os.environ["CANARY_ALLOW_MISSING"]], "CANARY_ALLOW_MISSING"
+    names = [name.strip() for value in given or () for name in value.split(",")]
+    wrong = [name for name in names if name not in GROUPS]
+    if wrong or (given is not None and not names):
+        raise pytest.UsageError(
+            f"{named(source, ','.join(given or []))}: the groups are {', '.join(GROUPS)}"
+        )
+    return frozenset(names)
+
+
+def skip_groups(selection: Selection) -> dict[str, SkipGroup]:
+    """The reasons the suite skips tests for in this run, and what each stands for."""
+    out = {}
+    for group, reason in group_skip_reasons(selection).items():
+        what, _, sections = GROUPS[group]
+        out[reason] = SkipGroup(what, group, group in selection.allow_missing, sections)
+    out[gpu_skip_reason(selection)] = SkipGroup("the tests that need a GPU", None, True)
+    return out
+
+
+def group_skip_reasons(selection: Selection) -> dict[str, str]:
+    """{group the module lacks: the reason its tests are skipped for}."""
+    reasons = {}
+    if not selection.write_verify:
+        reasons["write_verify"] = (
+            f"{selection.module_name} does not provide the write/verify group "
+            f"({', '.join(WRITE_VERIFY_NAMES)})"
+        )
+    if not selection.plan:
+        lacks = PLAN_NAMES if selection.write_verify else PLAN_NAMES + WRITE_VERIFY_NAMES
+        reasons["plan"] = (
+            f"{selection.module_name} does not provide the plan group ({', '.join(lacks)})"
+        )
+    return reasons
+
+
+def gpu_skip_reason(selection: Selection) -> str:
+    return f"needs a GPU; this run's device is {selection.device}"
+
+
+#: pytest-benchmark's storage folder, made in the current folder by every run it is loaded in.
+BENCHMARK_STORAGE = Path(".benchmarks")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The suite runs no benchmark: an empty ``.benchmarks`` that was not there before the run
+    goes again, so that a run leaves nothing behind but what it was asked for."""
+    if getattr(config, "_canary_benchmarks_was_there", True):
+        return
+    with contextlib.suppress(OSError):  # not empty, or gone already
+        BENCHMARK_STORAGE.rmdir()
 
 
 def _level(config: pytest.Config) -> str:
@@ -460,6 +544,8 @@ def rerun_options_of(selection: Selection) -> str:
         options.append(f"--hypothesis-seed {shlex.quote(str(selection.seed))}")
     if selection.shrink_seconds == 0:
         options.append("--canary-no-shrink")
+    for group in sorted(selection.allow_missing):
+        options.append(f"--canary-allow-missing {group}")
     if selection.level != levels.FULL or os.environ.get("CANARY_LEVEL"):
         options.append(f"--canary-level {selection.level}")
     return " ".join(options)
@@ -495,7 +581,8 @@ def describe_environment(selection: Selection) -> dict:
         "device": str(selection.device),
         "gpu": None,
         "hypothesis_profile": selection.profile,
-        "memory_bounds": memory_bounds(selection.device),
+        "memory_bounds": memory_bounds(selection.device, uses_triton=selection.uses_triton),
+        "allow_missing": sorted(selection.allow_missing),
         "shrink_seconds": selection.shrink_seconds,
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -518,10 +605,15 @@ def describe_environment(selection: Selection) -> dict:
     return facts
 
 
-def memory_bounds(device: torch.device) -> str:
+def memory_bounds(device: torch.device, *, uses_triton: bool = True) -> str:
     """Whether this run checks that launches stay inside their buffers, and how."""
     if device.type != "cpu":
         return "not checked: launches are compiled (run the suite under compute-sanitizer)"
+    if not uses_triton:
+        return (
+            "not watched: the implementation imports no Triton, so none of its launches is "
+            "interpreted (the watch sees interpreted launches only)"
+        )
     from . import bounds
 
     reason = bounds.unavailable_reason()
@@ -552,10 +644,17 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         + ")",
     ]
     lines.append(f"canary memory bounds: {facts['memory_bounds']}")
-    if not selection.write_verify:
-        lines.append("canary write/verify group: absent from the module; those tests are skipped")
-    if not selection.plan:
-        lines.append("canary plan group: absent from the module; those tests are skipped")
+    for group in group_skip_reasons(selection):
+        allowed = group in selection.allow_missing
+        lines.append(
+            f"canary {GROUPS[group][0].removeprefix('the ')}: absent from the module; its tests "
+            + (
+                "are skipped (allowed: --canary-allow-missing)"
+                if allowed
+                else f"are skipped, and the run cannot pass (exit 7) without "
+                f"--canary-allow-missing {group}"
+            )
+        )
     env = facts["environment"]
     lines.append(
         "canary environment: " + (" ".join(f"{k}={v}" for k, v in env.items()) or "(none set)")
@@ -603,24 +702,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     items.sort(key=_module_rank)  # stable: tests keep their order inside a module
     _select_level(config, selection, items)
-    if not selection.write_verify:
-        skip = pytest.mark.skip(
-            reason=f"{selection.module_name} does not provide the write/verify group "
-            f"({', '.join(WRITE_VERIFY_NAMES)})"
-        )
+    for group, reason in group_skip_reasons(selection).items():
+        skip = pytest.mark.skip(reason=reason)
         for item in items:
-            if "write_verify" in item.keywords:
+            if group in item.keywords:
                 item.add_marker(skip)
-    if not selection.plan:
-        lacks = PLAN_NAMES if selection.write_verify else PLAN_NAMES + WRITE_VERIFY_NAMES
-        skip_plan = pytest.mark.skip(
-            reason=f"{selection.module_name} does not provide the plan group ({', '.join(lacks)})"
-        )
-        for item in items:
-            if "plan" in item.keywords:
-                item.add_marker(skip_plan)
     if selection.device.type != "cuda":
-        skip_gpu = pytest.mark.skip(reason=f"needs a GPU; this run's device is {selection.device}")
+        skip_gpu = pytest.mark.skip(reason=gpu_skip_reason(selection))
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip_gpu)

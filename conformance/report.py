@@ -10,6 +10,12 @@ on; the full failure with its draws and reproducing snippet follows at the end a
 
 Where ``GITHUB_STEP_SUMMARY`` names a file (as in a GitHub Actions job), the summary table is
 also appended to it as Markdown, under a heading that names the implementation and device.
+
+Above the verdict the summary names what the run did not check: every group of skipped tests,
+with its contract group and sections, its count and its reason. A run that checked nothing
+(every selected test skipped), or that skipped a contract group the implementation lacks
+without ``--canary-allow-missing GROUP``, is no pass: it ends with an exit status of its own
+(:data:`EXIT_STATUSES`).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import shlex
 import sys
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -30,6 +37,63 @@ import pytest
 TEST_OUTCOMES = ("failed", "passed", "skipped", "deselected", "xfailed", "xpassed", "error")
 _EXAMPLES = re.compile(r"(\d+) passing, (\d+) failing, and (\d+) invalid")
 _FAILURE_START = ("Falsifying", "Failing test case", "E   ", "E       ")
+
+
+#: The run's exit statuses and what each means: pytest's 0 to 5, and the suite's own 6 and 7,
+#: given where pytest would say 0 but the run did not check what it was asked to.
+NO_TEST_RAN = 6
+INCOMPLETE = 7
+EXIT_STATUSES = (
+    (0, "passed", "every selected test ran and passed (or failed as the expectations file says)"),
+    (1, "failed", "a test failed or errored, or an expected failure passed"),
+    (2, "interrupted", "Ctrl-C; the counts are of the tests that ran before it"),
+    (3, "internal error", "an error of pytest or of a plugin"),
+    (4, "usage error", "a bad option, implementation, device, profile or path; nothing ran"),
+    (5, "no tests collected", "the selection matched none, or deselected all"),
+    (NO_TEST_RAN, "no test ran", "every selected test was skipped"),
+    (INCOMPLETE, "incomplete", "what ran passed, but a contract group was skipped because the "
+     "implementation lacks it (--canary-allow-missing GROUP accepts that)"),
+)  # fmt: skip
+
+#: The CONTRACT sections each module of the suite checks (conformance/README.md's table).
+MODULE_SECTIONS = {
+    "test_spec_vectors.py": ("§1", "§2"),
+    "test_source_validation.py": ("§3",),
+    "test_golden.py": ("§2", "§4", "§5", "§6", "§7"),
+    "test_launch_refusals.py": ("§6", "§8"),
+    "test_argument_kinds.py": ("§11",),
+    "test_plans.py": ("§5", "§11"),
+    "test_plan_refusals.py": ("§12", "§13"),
+    "test_golden_plan.py": ("§12", "§13"),
+    "test_fingerprint.py": ("§4",),
+    "test_write_verify.py": ("§5", "§6", "§7"),
+    "test_scatter.py": ("§13",),
+    "test_plan_kernels.py": ("§12", "§14"),
+    "test_engine.py": ("§15",),
+    "test_golden_scale.py": ("§4", "§6", "§7"),
+    "test_scale.py": ("§4", "§5", "§6", "§7"),
+}
+
+
+def section_key(section: str) -> int:
+    return int(section.lstrip("§"))
+
+
+@dataclass(frozen=True)
+class SkipGroup:
+    """What a skip reason the suite gives stands for: a contract group the implementation
+    lacks (``group``: its marker), or tests the device cannot run; ``waived`` when the run
+    may pass without them (``--canary-allow-missing``, or not a group at all)."""
+
+    what: str
+    group: str | None
+    waived: bool
+    sections: tuple[str, ...] = ()  # the group's; none: those of the skipped tests' modules
+
+
+def cut(line: str, limit: int = 120) -> str:
+    """``line`` cut to ``limit`` characters, with a mark where it was cut."""
+    return line if len(line) <= limit else line[: limit - 5] + " [..]"
 
 
 def count_examples(statistics: str | None) -> int | None:
@@ -146,13 +210,21 @@ class Recorder:
     """A pytest plugin object collecting one record per test item."""
 
     def __init__(
-        self, config: pytest.Config, path: str | None, environment, rerun_options=lambda: ""
+        self,
+        config: pytest.Config,
+        path: str | None,
+        environment,
+        rerun_options=lambda: "",
+        skip_groups=dict,
     ) -> None:
         self.config = config
         self.path = path
         self.environment = environment  # called at the end: it may import torch
         # called when a failure is announced, e.g. "--canary-impl X --canary-device cpu"
         self.rerun_options = rerun_options
+        # called at the end: {skip reason the suite gives: SkipGroup}
+        self.skip_groups = skip_groups
+        self.status: tuple[int, str] | None = None  # the run's verdict, once it is known
         self.items: dict[str, dict] = {}
         self.started = datetime.datetime.now(datetime.timezone.utc)
         self.clock = time.monotonic()
@@ -219,7 +291,7 @@ class Recorder:
             bold=True,
         )
         for line in headline(report.longreprtext):
-            terminal.write_line(f"    {line[:120]}")
+            terminal.write_line(f"    {cut(line)}")
         terminal.write_line(f"    rerun alone: {rerun}")
         terminal.write_line(
             "    (the whole failure, with its draws and snippet, follows at the end)"
@@ -271,9 +343,94 @@ class Recorder:
             )
         return line
 
+    def not_run(self) -> list[dict]:
+        """What the run did not check: the suite's skipped tests, one entry per reason, with
+        what the reason stands for, its contract sections and the count; a group the run may
+        not pass without first."""
+        known = self.skip_groups()
+        entries: dict[str, dict] = {}
+        for record in self.items.values():
+            if record["outcome"] != "skipped" or not record["id"].startswith("conformance/"):
+                continue
+            reason = record.get("skip_reason", "")
+            group = known.get(reason, SkipGroup("tests skipped for their own reason", None, True))
+            entry = entries.setdefault(
+                reason,
+                {"what": group.what, "group": group.group, "waived": group.waived,
+                 "reason": reason, "tests": 0, "sections": set(), "modules": set()},
+            )  # fmt: skip
+            module = record["id"].split("::", 1)[0].rsplit("/", 1)[-1]
+            entry["tests"] += 1
+            entry["modules"].add(module)
+            entry["sections"].update(group.sections or MODULE_SECTIONS.get(module, ()))
+        out = []
+        for entry in entries.values():
+            entry["sections"] = sorted(entry["sections"], key=section_key)
+            entry["modules"] = sorted(entry["modules"])
+            out.append(entry)
+        return sorted(out, key=lambda e: (e["waived"], e["what"], e["reason"]))
+
+    def verdict(self, exitstatus: int) -> tuple[int, str]:
+        """The run's exit status and its verdict in words: pytest's, unless pytest would say
+        0 for a run that checked nothing, or that skipped a group it may not skip."""
+        status = int(exitstatus)
+        ours = [r for r in self.items.values() if r["id"].startswith("conformance/")]
+        if status == 0 and not self.config.getoption("collectonly", default=False):
+            ran = [r for r in ours if r["outcome"] != "skipped"]
+            if ours and not ran:
+                return NO_TEST_RAN, (
+                    f"NO TEST RAN: every one of the {len(ours)} selected tests was skipped "
+                    f"(exit status {NO_TEST_RAN})"
+                )
+            missing = [e for e in self.not_run() if not e["waived"]]
+            if missing:
+                groups = " and ".join(e["what"] for e in missing)
+                flags = " ".join(f"--canary-allow-missing {e['group']}" for e in missing)
+                return INCOMPLETE, (
+                    f"INCOMPLETE: {groups} not run, as the implementation lacks it; {flags} "
+                    f"accepts that (exit status {INCOMPLETE})"
+                )
+        word = {code: word for code, word, _ in EXIT_STATUSES}.get(status, "exit")
+        return status, f"{word.upper()} (exit status {status})"
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session, exitstatus) -> None:
+        """The verdict, before the terminal's summary and the JSON report read it."""
+        if hasattr(self.config, "workerinput"):
+            return
+        self.status = self.verdict(int(exitstatus))
+        if self.status[0] != int(exitstatus):
+            session.exitstatus = self.status[0]
+        self.write_json(self.status[0])
+
+    def not_run_lines(self, not_run: list[dict]) -> list[str]:
+        lines = []
+        for entry in not_run:
+            sections = ", ".join(entry["sections"]) or "no section"
+            waived = (
+                " (allowed: --canary-allow-missing)" if entry["group"] and entry["waived"] else ""
+            )
+            lines.append(
+                f"  {entry['what']} (CONTRACT {sections}): {entry['tests']} tests{waived}: "
+                f"{entry['reason']}"
+            )
+        return lines
+
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config) -> None:
         groups = [g for g in self.grouped() if g["name"].startswith("conformance/")]
         if not groups:
+            if int(exitstatus) == int(pytest.ExitCode.NO_TESTS_COLLECTED):
+                deselected = len(terminalreporter.stats.get("deselected", ()))
+                terminalreporter.write_line(
+                    "verdict: NO TESTS COLLECTED (exit status 5): "
+                    + (
+                        f"the selection (-k, -m, the level) deselected all {deselected} tests"
+                        if deselected
+                        else "the selection named no test of the suite"
+                    ),
+                    bold=True,
+                    red=True,
+                )
             return
         write = terminalreporter.write_line
         terminalreporter.section("KV-canary conformance")
@@ -289,13 +446,22 @@ class Recorder:
             for reason in sorted(g["xfail_reasons"]):
                 write(f"{'':<{width}}    expected to fail: {reason}")
         line = self.totals_line(groups)
+        if int(exitstatus) == int(pytest.ExitCode.INTERRUPTED):
+            line = f"interrupted: {line} ran before it (the others did not run)"
+        not_run = self.not_run()
+        if not_run:
+            write("not checked by this run:")
+            for text in self.not_run_lines(not_run):
+                write(text)
         write(line)
+        status = self.status or self.verdict(int(exitstatus))
+        write(f"verdict: {status[1]}", bold=True, red=status[0] != 0, green=status[0] == 0)
         if self.path:
             write(f"report written to {self.path}")
         step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if step_summary and not hasattr(config, "workerinput"):
             with open(step_summary, "a", encoding="utf-8") as handle:
-                handle.write(self.markdown(groups, line, exitstatus))
+                handle.write(self.markdown(groups, line, status[0]))
             write(f"summary also written to GITHUB_STEP_SUMMARY ({step_summary})")
 
     def markdown(self, groups: list[dict], totals: str, exitstatus) -> str:
@@ -310,6 +476,13 @@ class Recorder:
             "",
             f"**{totals}** ({counts or 'no tests'}; exit status {int(exitstatus)})",
             "",
+        ]
+        not_run = self.not_run()
+        if not_run:
+            lines += ["Not checked by this run:", ""]
+            lines += [f"- {text.strip()}" for text in self.not_run_lines(not_run)]
+            lines.append("")
+        lines += [
             "| property | outcome | cases | examples | seconds |",
             "|---|---|---:|---:|---:|",
         ]
@@ -326,8 +499,8 @@ class Recorder:
             )
         return "\n".join(lines) + "\n\n"
 
-    def pytest_sessionfinish(self, session, exitstatus) -> None:
-        if not self.path or hasattr(self.config, "workerinput"):
+    def write_json(self, exitstatus: int) -> None:
+        if not self.path:
             return
         properties = []
         for g in self.grouped():
@@ -352,6 +525,8 @@ class Recorder:
             "suite": "kv-canary conformance",
             "started": self.started.isoformat(),
             "exit_status": int(exitstatus),
+            "verdict": (self.status or self.verdict(exitstatus))[1],
+            "not_run": self.not_run(),
             "environment": self.environment(),
             "summary": {
                 outcome: sum(1 for p in properties if p["outcome"] == outcome)

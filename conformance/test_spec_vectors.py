@@ -66,3 +66,13 @@ def test_enums_are_the_contracts(impl, name):
     got = {key: int(member) for key, member in getattr(impl, name).__members__.items()}
     want = {key: int(member) for key, member in getattr(reference, name).__members__.items()}
     assert got == want
+
+
+@pytest.mark.plan
+def test_plan_constant_is_the_contracts(impl):
+    """REQ_POOL_IDX_PADDING is CONTRACT §14's constant: the int 0, the pool row of a padding row."""
+    got, want = impl.REQ_POOL_IDX_PADDING, reference.REQ_POOL_IDX_PADDING
+    # an int by type: a bool or None compares or hashes like one in places, and is no row index
+    assert type(got) is int and got == want, (
+        f"REQ_POOL_IDX_PADDING is {got!r} ({type(got).__name__}); CONTRACT §14 gives the int {want}"
+    )

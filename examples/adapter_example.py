@@ -1,10 +1,13 @@
 """A worked adapter: an implementation exposed to the conformance suite under SGLang's names.
 
 The suite imports one module and reads these names from it: ``RealKvSource``,
-``RealKvHashMode``, ``CanaryLaunchTag``, ``fingerprint`` (required), and the write/verify
-group ``VerifyOrWriteContext``, ``VerifyPlan``, ``WritePlan``, ``launch_canary_write_kernel``,
-``launch_canary_verify_kernel`` (all or none; without them those tests are skipped and the
-report says so). An engine whose canary already uses these names passes its own module:
+``RealKvHashMode``, ``CanaryLaunchTag``, ``fingerprint`` (required); the write/verify group
+``VerifyOrWriteContext``, ``VerifyPlan``, ``WritePlan``, ``launch_canary_write_kernel``,
+``launch_canary_verify_kernel``; and the plan group ``launch_canary_plan_kernels``,
+``launch_scatter_req_token_ids_kernel``, ``REQ_POOL_IDX_PADDING`` (CONTRACT §12-§14). Each
+group is all or none. Without one, its tests are skipped, the summary names them, and the run
+exits 7 (incomplete) unless ``--canary-allow-missing GROUP`` says the engine lacks it on
+purpose. An engine whose canary already uses these names passes its own module:
 
     pytest conformance --canary-impl sglang.kernels.ops.kv_canary
 
@@ -49,3 +52,17 @@ def launch_canary_write_kernel(**kwargs) -> None:
 
 def launch_canary_verify_kernel(**kwargs) -> None:
     _engine.launch_canary_verify_kernel(**kwargs)
+
+
+# The plan group: an engine's batch and page table become the plans above, and its
+# expected-token pool is filled. Same signatures as the contract's, so they pass through; an
+# engine with other spellings translates its keywords here as for the launchers above.
+REQ_POOL_IDX_PADDING = _engine.REQ_POOL_IDX_PADDING
+
+
+def launch_canary_plan_kernels(**kwargs) -> None:
+    _engine.launch_canary_plan_kernels(**kwargs)
+
+
+def launch_scatter_req_token_ids_kernel(**kwargs) -> None:
+    _engine.launch_scatter_req_token_ids_kernel(**kwargs)

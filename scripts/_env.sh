@@ -10,7 +10,12 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${CANARY_VENV:-$root/.venv}"
 python="${PYTHON:-python3}"
 
+# what the first run installs takes minutes: each step says so as it starts (on stderr)
+started=$SECONDS
+step() { echo "kv-canary setup ($((SECONDS - started)) s): $*" >&2; }
+
 if [ ! -x "$venv/bin/python" ]; then
+    step "making the virtual environment $venv"
     "$python" -m venv "$venv"
 fi
 py="$venv/bin/python"
@@ -21,13 +26,20 @@ torch_spec="${CANARY_TORCH:-torch==2.13.0}"
 sglang_spec="${CANARY_SGLANG:-sglang==0.5.23}"
 want="$(cat "$root/pyproject.toml"; echo "$torch_spec"; echo "$sglang_spec")"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    step "installing into $venv (once; later runs reuse it): 1/4 pip"
     "$py" -m pip install --quiet --upgrade pip
     if ! "$py" -c "import torch" 2>/dev/null; then
+        step "2/4 $torch_spec (the largest step)"
         "$py" -m pip install --quiet "$torch_spec"
+    else
+        step "2/4 torch: already installed"
     fi
+    step "3/4 the project and its tools (Triton, numpy, Hypothesis, pytest, ...)"
     "$py" -m pip install --quiet -e "$root[test]"
+    step "4/4 $sglang_spec (without its dependencies, for the SGLang leg)"
     "$py" -m pip install --quiet --no-deps "$sglang_spec"
     printf '%s' "$want" > "$stamp"
+    step "installed"
 fi
 
 # pytest exits 5 when it collected no test: that is neither a pass nor a failure of the

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the conformance suite against an implementation (default: canary) on the default
-# device (cuda if available, else cpu with the Triton interpreter). Extra arguments go to
-# pytest, e.g. --canary-impl mymodule --canary-device cuda:1 --canary-report report.json
+# device (cuda if available, else cpu with the Triton interpreter), from the current folder.
+# It is the suite's own command, `python -m conformance` (kv-canary-conformance), in the
+# project's environment: the same options, selections, summary and exit statuses (--help).
 source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
-cd "$root"
-run_pytest conformance "$@"
+exec "$py" -m conformance "$@"

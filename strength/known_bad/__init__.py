@@ -198,6 +198,7 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("strength.known_bad.plan_overflow_still_scatters", _P, "an overflowing plan still writes its first capacity entries", (_PK + "test_overflow_disables_the_plan_and_leaves_its_entries_untouched", _GOLD_PLAN)),
     Entry("strength.known_bad.plan_prev_slot_untranslated", _P, "previous slots skip the SWA table", PLAN),
     Entry("strength.known_bad.plan_expected_token_past_valid_len", _P, "expected tokens are read past the valid length", PLAN),
+    Entry("strength.known_bad.plan_padding_constant_one", _P, "REQ_POOL_IDX_PADDING is exported as 1 (the kernels keep 0)", ("test_spec_vectors.py::test_plan_constant_is_the_contracts",)),
     Entry("strength.known_bad.scatter_spills_into_next_row", _P, "the scatter writes tokens past a row's end into the next rows", ("test_scatter.py::test_scatter_equals_reference", "test_golden_plan.py::test_scatter_vector")),
     # Bugs that only a history shows: state kept between launches, keyed by the tensors an engine
     # reuses every step (conformance/test_engine.py; every single-launch property passes)
