@@ -209,7 +209,7 @@ def test_the_console_script_imports_from_the_current_folder(tmp_path):
     )
     done = run(
         ["-c", as_script, "--canary-impl", "mykv_here", "conformance.test_spec_vectors"]
-        + ["-p", "no:cacheprovider"],
+        + ["-p", "no:cacheprovider", "--canary-allow-missing", "write_verify,plan"],
         tmp_path,
     )
     assert done.returncode == 0, done.stdout + done.stderr
