@@ -7,6 +7,9 @@
 # the benchmarks' helpers. Extra arguments go to pytest.
 source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
 cd "$root"
+# each step says when it starts, in seconds since the script did: where the time goes
+begun=$SECONDS
+mark() { echo "=== tests.sh ($((SECONDS - begun)) s): $*" >&2; }
 # the reports the installed-package check compares with, and its own work; gone at the end
 work="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
@@ -16,6 +19,7 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 "$py" -m tests.installed outside --workdir "$work/installed" --torch "$torch_spec" \
     --sglang "$sglang_spec" > "$work/installed.log" 2>&1 &
 installed=$!
+mark "lint: ruff, mypy, actionlint, zizmor"
 "$venv/bin/ruff" check .
 "$venv/bin/ruff" format --check .
 # types of canary, canary_torch, reference and strategies ([tool.mypy] in pyproject.toml)
@@ -26,19 +30,26 @@ installed=$!
 "$venv/bin/zizmor" --offline --quiet .github/workflows
 # every kernel variant compiled for an NVIDIA and an AMD target, no GPU needed (tox -m compile
 # covers the whole matrix): the interpreter runs code that the compiler rejects
+mark "the compile check"
 "$py" -W ignore::UserWarning -m tools.compile_check --target cuda:90 --target hip:gfx942
+mark "the known-bad gate"
 "$py" -m strength.gate --jobs 2 --json "$work/gate.json"
 # the sglang leg of the installed release (the newest; CANARY_SGLANG picks another): SGLang's
 # own kv_canary, which must fail exactly as that release's expectations file says; every release
 # runs in `tox -m upstream`
+mark "the SGLang leg"
 "$py" -m conformance.upstream run --canary-report "$work/sglang.json"
 status=0
+mark "waiting for the installed-package check"
 wait "$installed" || status=$?
 cat "$work/installed.log"
 [ "$status" -eq 0 ] || exit "$status"
 # the second half: the same counts outside the repository as inside it (the gate's runs on
 # canary and canary_torch, the sglang leg's)
+mark "the installed-package check's counts"
 "$py" -m tests.installed compare --workdir "$work/installed" --inside "$work"
 # the self-tests, one pytest-xdist worker per core, each test module on one worker (its
 # module-scoped fixtures, such as every kernel compiled, are built once)
+mark "the self-tests"
 run_pytest tests -n auto --dist loadfile "$@"
+mark "done"

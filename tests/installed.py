@@ -12,12 +12,16 @@
 3. Checks the declared dependencies: every module that the installed packages import is in
    Python's standard library, is one of the wheel's own packages, or comes from a
    distribution the wheel requires.
-4. From an empty folder, runs the suite's command ``kv-canary-conformance`` three times, each
-   with ``--canary-report``: against ``canary``; against a ``.py`` file implementation written
-   into that folder (canary_torch's API under the file's name); and against the SGLang
-   adapter with the installed package's expectations file for the installed release.
-5. Compares each run's test counts (pytest's last line, as the JSON report's ``tests``) with
-   the same suite inside the repository. ``compare --inside DIR`` takes those from the runs
+4. From an empty folder, runs the suite's command ``kv-canary-conformance``, each run with
+   ``--canary-report``: the whole suite against a ``.py`` file implementation written into
+   that folder (canary_torch's API under the file's name), and against the SGLang adapter with
+   the installed package's expectations file for the installed release. On ``canary``, whose
+   whole run under Triton's interpreter the gate makes inside the repository already, it
+   collects the whole suite (``--collect-only``) and runs its stored vectors (the CONTRACT §2
+   vectors, ``golden/*.json`` but the engine-scale ones), which launch every interpreted kernel
+   family of the installed copy.
+5. Compares each run's test counts (pytest's last line, as the JSON report's ``tests``; for
+   ``canary``, the number of tests collected) with the same suite inside the repository. ``compare --inside DIR`` takes those from the runs
    ``scripts/tests.sh`` makes anyway: ``DIR/gate.json`` (the known-bad gate, whose
    correct-implementation runs are the whole suite on ``canary`` and ``canary_torch``) and
    ``DIR/sglang.json`` (the SGLang leg's report); the whole check without a command makes
@@ -70,6 +74,17 @@ class Run:
     args: tuple[str, ...]  # the command's arguments besides --canary-report
     shown: str  # the implementation's name in the report header
     inside_impl: str  # the implementation the same suite ran on inside the repository
+    collect: bool = False  # a --collect-only run: its count of collected tests is compared
+
+
+#: What the installed copy runs on canary besides collecting the whole suite: the stored vectors
+#: (seconds under the interpreter), which launch the fingerprint, write, verify, plan and
+#: scatter kernels of the installed package.
+CANARY_VECTORS = (
+    "conformance.test_spec_vectors",
+    "conformance.test_golden",
+    "conformance.test_golden_plan",
+)
 
 
 def say(text: str) -> None:
@@ -270,8 +285,8 @@ def outside_runs(python: Path, folder: Path) -> list[Run]:
     common = ("--canary-device", "cpu", "--hypothesis-profile", "ci", "-p", "no:cacheprovider")
     expect = expectations_path(python, folder)
     sglang = "conformance.adapters.sglang"
+    canary = ("--canary-impl", "canary", *common)
     return [
-        Run("canary", ("--canary-impl", "canary", *common), "canary", "canary"),
         Run(
             f"the file {FILE_IMPL_NAME}",
             ("--canary-impl", f"./{FILE_IMPL_NAME}", *common),
@@ -284,6 +299,8 @@ def outside_runs(python: Path, folder: Path) -> list[Run]:
             sglang,
             sglang,
         ),
+        Run("canary, collected", (*canary, "--collect-only", "-q"), "canary", "canary", True),
+        Run("canary, its stored vectors", (*canary, *CANARY_VECTORS), "canary", "canary-vectors"),
     ]
 
 
@@ -303,7 +320,17 @@ def run_outside(python: Path, folder: Path, workdir: Path, one: Run) -> tuple[Ru
     require(done, f"kv-canary-conformance on {one.name} from an empty folder")
     if f"canary implementation: {one.shown}," not in done.stdout:
         raise CheckFailed(f"the run on {one.name} does not name {one.shown} in its header")
+    if one.collect:
+        collected = re.findall(r"^(\d+) tests? collected", done.stdout, re.M)
+        if not collected:
+            raise CheckFailed(f"the run on {one.name} does not say how many tests it collected")
+        return one, {"tests": {}, "collected": int(collected[-1])}, seconds
     return one, json.loads(report.read_text()), seconds
+
+
+def collected_of(tests: dict) -> int:
+    """The tests a run collected, from its counts (the deselected ones left out)."""
+    return sum(n for outcome, n in tests.items() if outcome != "deselected")
 
 
 # --- 5. the counts inside the repository ----------------------------------------------------
@@ -389,12 +416,21 @@ def outside(args: argparse.Namespace, workdir: Path) -> None:
     folder.mkdir()
     (folder / FILE_IMPL_NAME).write_text(FILE_IMPL)
     runs = outside_runs(python, folder)
-    # two at a time: the longest (canary, under Triton's interpreter) beside the other two
+    # two at a time: the two whole runs first, side by side, then canary's short ones
     with ThreadPoolExecutor(max_workers=2) as pool:
         done = list(pool.map(lambda one: run_outside(python, folder, workdir, one), runs))
     made = []
     for one, report, seconds in done:
+        if one.collect:
+            say(f"  {one.name}: {report['collected']} tests collected in {seconds:.0f} s")
+            made.append({"name": one.name, "inside_impl": one.inside_impl,
+                         "collected": report["collected"]})  # fmt: skip
+            continue
         say(f"  {one.name}: {count_line(report['tests'])} in {seconds:.0f} s")
+        if one.inside_impl == "canary-vectors":  # no inside run of its own: all must pass
+            if set(report["tests"]) != {"passed"}:
+                raise CheckFailed(f"{one.name}: {count_line(report['tests'])}, not all passed")
+            continue
         made.append({"name": one.name, "inside_impl": one.inside_impl, "tests": report["tests"]})
     (workdir / "runs.json").write_text(json.dumps(made, indent=1))
 
@@ -409,9 +445,14 @@ def compare(workdir: Path, inside: dict[str, dict], source: str) -> None:
     mismatched = []
     for one in json.loads((workdir / "runs.json").read_text()):
         want = inside[one["inside_impl"]]
-        same = one["tests"] == want
-        say(f"  {one['name']}: {count_line(one['tests'])}; inside: {count_line(want)}: "
-            f"{'same' if same else 'DIFFERENT'}")  # fmt: skip
+        if "collected" in one:
+            same = one["collected"] == collected_of(want)
+            say(f"  {one['name']}: {one['collected']} tests; inside: {count_line(want)}: "
+                f"{'same' if same else 'DIFFERENT'}")  # fmt: skip
+        else:
+            same = one["tests"] == want
+            say(f"  {one['name']}: {count_line(one['tests'])}; inside: {count_line(want)}: "
+                f"{'same' if same else 'DIFFERENT'}")  # fmt: skip
         if not same:
             mismatched.append(one["name"])
     if mismatched:

@@ -105,6 +105,24 @@ def test_counts_are_compared_run_by_run(tmp_path, capsys):
         installed.compare(tmp_path, inside, "test")
 
 
+def test_canarys_collected_count_is_compared_with_its_whole_run_inside(tmp_path, capsys):
+    """canary's outside run collects only: its count must equal the tests of the gate's run
+    inside (deselected ones left out), else the check fails naming it."""
+    inside_reports(tmp_path, {"passed": 461, "skipped": 3}, {"passed": 2})
+    inside = installed.inside_counts_from(tmp_path)
+    runs = [{"name": "canary, collected", "inside_impl": "canary", "collected": 464}]
+    (tmp_path / "runs.json").write_text(json.dumps(runs))
+    installed.compare(tmp_path, inside, "test")
+    assert "canary, collected: 464 tests; inside: 461 passed, 3 skipped: same" in (
+        capsys.readouterr().out
+    )
+    runs[0]["collected"] = 463
+    (tmp_path / "runs.json").write_text(json.dumps(runs))
+    with pytest.raises(installed.CheckFailed, match="the counts differ: canary, collected$"):
+        installed.compare(tmp_path, inside, "test")
+    assert installed.collected_of({"passed": 2, "deselected": 5, "xfailed": 1}) == 3
+
+
 def test_the_runs_see_nothing_of_the_repository(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", "/somewhere")
     monkeypatch.setenv("CANARY_IMPL", "canary")

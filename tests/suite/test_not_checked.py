@@ -193,22 +193,6 @@ def test_the_readme_command_runs_as_the_console_script(args, status):
     assert script[0] == status, script
 
 
-def test_selections_collect_the_same_tests_either_way():
-    """A path and a module name select the same tests (not the whole suite)."""
-    env = {**os.environ, "CANARY_DEVICE": "cpu"}
-    out = []
-    for selection in ("conformance/test_scatter.py", "conformance.test_scatter"):
-        done = subprocess.run(
-            ["bash", str(ROOT / "scripts" / "conformance.sh"), selection, "--co", "-q",
-             "-p", "no:cacheprovider"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stdout + done.stderr
-        out.append(re.findall(r"^conformance/\S+", done.stdout, re.M))
-    assert out[0] == out[1] and out[0]
-    assert all(test_id.startswith("conformance/test_scatter.py::") for test_id in out[0])
-
-
 def test_the_install_says_what_it_does(tmp_path):
     """The first run's install announces each step as it starts (it takes minutes)."""
     fake = tmp_path / "python3"
