@@ -299,7 +299,7 @@ def outside_runs(python: Path, folder: Path) -> list[Run]:
             sglang,
             sglang,
         ),
-        Run("canary, collected", (*canary, "--collect-only", "-q"), "canary", "canary", True),
+        Run("canary, collected", (*canary, "--collect-only"), "canary", "canary", True),
         Run("canary, its stored vectors", (*canary, *CANARY_VECTORS), "canary", "canary-vectors"),
     ]
 
@@ -321,7 +321,7 @@ def run_outside(python: Path, folder: Path, workdir: Path, one: Run) -> tuple[Ru
     if f"canary implementation: {one.shown}," not in done.stdout:
         raise CheckFailed(f"the run on {one.name} does not name {one.shown} in its header")
     if one.collect:
-        collected = re.findall(r"^(\d+) tests? collected", done.stdout, re.M)
+        collected = re.findall(r"\b(\d+) tests? collected in ", done.stdout)
         if not collected:
             raise CheckFailed(f"the run on {one.name} does not say how many tests it collected")
         return one, {"tests": {}, "collected": int(collected[-1])}, seconds
