@@ -14,7 +14,6 @@ chain position assert on, and the write's input assert on with the token oracle'
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,9 +21,8 @@ import torch
 
 import reference
 import strategies as st_kv
-from conformance.assertions import fail, to_numpy
-from conformance.plan_support import PLAN_FIELDS, first_plans, plan_differences
-from conformance.write_verify_support import Snapshot, assert_same_state
+from conformance import driver
+from conformance.driver import ImplementationSide, ReferenceSide
 from strategies.engine import KV_BYTES, READ_BYTES, Engine, Fault, Forward, Sweep
 
 __all__ = [
@@ -49,18 +47,6 @@ SETTLE = ("admit", "prefill", "decode", "prefill", "decode", "sweep")
 CHAIN, POSITION, REAL_KV, WRITE_TOKEN, TOKEN = 1, 2, 4, 8, 32
 
 
-def sweep_plan(sweep: Sweep) -> dict:
-    n = sweep.slots.shape[0]
-    return {
-        "verify_slot_indices": sweep.slots.copy(),
-        "verify_expected_tokens": np.full(n, -1, dtype=np.int64),
-        "verify_expected_positions": sweep.positions.copy(),
-        "verify_prev_slot_indices": sweep.prev_slots.copy(),
-        "verify_num_valid": np.array([n], dtype=np.int32),
-        "enable": np.array([1], dtype=np.int32),
-    }
-
-
 def oracle_world(engine: Engine) -> reference.CanaryState:
     """The reference's world for ``engine``, made from its seed alone (no torch): random
     non-zero canary bytes and KV bytes, an empty ring of random rows, counters at random values."""
@@ -68,9 +54,13 @@ def oracle_world(engine: Engine) -> reference.CanaryState:
     rng = np.random.default_rng(c.seed + 1)
     kv = rng.integers(1, 256, (c.num_slots, KV_BYTES)).astype(np.uint8)
     return reference.CanaryState(
-        canary_buf=rng.integers(1, 256, (c.num_slots, 32)).astype(np.uint8),
-        kernel_kind=0,
-        violation_ring=rng.integers(1, 2**62, (RING_CAPACITY, 8)).astype(np.int64),
+        canary_buf=rng.integers(1, 256, (c.num_slots, reference.CANARY_SLOT_BYTES)).astype(
+            np.uint8
+        ),
+        kernel_kind=reference.CanaryLaunchTag.HEAD_K_FULL,
+        violation_ring=rng.integers(1, 2**62, (RING_CAPACITY, reference.VIOLATION_FIELDS)).astype(
+            np.int64
+        ),
         violation_write_index=np.zeros(1, dtype=np.int32),
         slot_run_counter=np.zeros(1, dtype=np.int64),
         kernel_run_counter=np.zeros(1, dtype=np.int64),
@@ -80,79 +70,19 @@ def oracle_world(engine: Engine) -> reference.CanaryState:
     )
 
 
-class OracleRun:
-    """The reference side of a history: a ``CanaryState``, the expected-token pool and the KV."""
+class OracleRun(ReferenceSide):
+    """The reference side of an engine's history: the world of :func:`oracle_world` and the
+    engine's expected-token pool."""
 
     def __init__(self, engine: Engine, state: reference.CanaryState | None = None):
-        self.state = oracle_world(engine) if state is None else state
-        self.pool = engine.pool.copy()
-
-    @property
-    def kv(self) -> np.ndarray:
-        return self.state.real_kv_sources[0].data
-
-    @property
-    def index(self) -> int:
-        return int(self.state.violation_write_index[0])
-
-    def scatter(self, forward: Forward) -> None:
-        if forward.scatter is not None:
-            reference.scatter(**forward.scatter, pool_out=self.pool)
-
-    def plan(self, forward: Forward):
-        verify, write = first_plans(forward.verify_capacity, forward.write_req_capacity)
-        vp, wp = reference.VerifyPlan(**verify), reference.WritePlan(**write)
-        reference.plan(
-            vp, wp, **forward.plan, verify_capacity=forward.verify_capacity,
-            req_to_verify_expected_tokens=self.pool,
-        )  # fmt: skip
-        return vp, wp
-
-    def verify(self, plan, *, tokens: bool = True) -> None:
-        reference.verify(self.state, plan, check_verify_expected_token=tokens)
-
-    def store_kv(self, forward: Forward) -> None:
-        self.kv[forward.kv_slots] = forward.kv_bytes
-
-    def write(self, forward: Forward, plan) -> None:
-        reference.write(self.state, plan, **forward.write, enable_write_input_assert=True)
-
-    def forward(self, forward: Forward) -> None:
-        self.scatter(forward)
-        vp, wp = self.plan(forward)
-        self.verify(vp)
-        self.store_kv(forward)
-        self.write(forward, wp)
-
-    def sweep(self, sweep: Sweep) -> None:
-        self.verify(reference.VerifyPlan(**sweep_plan(sweep)), tokens=False)
-
-    def forward_or_sweep(self, step: Forward | Sweep) -> None:
-        """Run one step of a history (the reference alone)."""
-        if isinstance(step, Sweep):
-            self.sweep(step)
-        else:
-            self.forward(step)
-
-    def flip(self, slot: int, byte: int) -> None:
-        self.kv[slot, byte] ^= 0xFF
-
-    def rows(self, since: int) -> np.ndarray:
-        """The rows stored since write index ``since``."""
-        return self.state.violation_ring[since : min(self.index, RING_CAPACITY)]
+        super().__init__(oracle_world(engine) if state is None else state, engine.pool)
 
 
-def _tensor(array, device):
-    """A tensor of its own (never sharing the engine's arrays) on ``device``."""
-    return None if array is None else torch.from_numpy(np.array(array, copy=True)).to(device)
-
-
-class ImplRun:
-    """The implementation side of a history, on ``device``: the world of :func:`oracle_world`
-    as tensors, the implementation's context over it, and the expected-token pool."""
+class ImplRun(ImplementationSide):
+    """The implementation side of an engine's history, on ``device``: the world of
+    :func:`oracle_world` as tensors, and the engine's page table, SWA table and pool."""
 
     def __init__(self, impl, device, engine: Engine, state: reference.CanaryState):
-        self.impl, self.device = impl, device
         c = engine.config
         world = st_kv.world(
             sources=(st_kv.layout(rows=c.num_slots, num_bytes_per_token=KV_BYTES),),
@@ -162,130 +92,24 @@ class ImplRun:
             chain_assert=1,
             seed=c.seed,
         )
-        self.made = made = st_kv.materialize_world(world, device)
+        made = st_kv.materialize_world(world, device)
         # the same first contents as the reference's
         made.canary_buf.copy_(torch.from_numpy(state.canary_buf))
         made.violation_ring.copy_(torch.from_numpy(state.violation_ring))
         made.violation_write_index.zero_()
         made.slot_run_counter.zero_()
         made.kernel_run_counter.zero_()
-        self.kv = made.sources[0].tensor
-        self.kv.copy_(torch.from_numpy(state.real_kv_sources[0].data))
-        self.context = made.context(impl)
-        # an engine keeps one page table, one SWA table and one pool, updated in place
-        self.pool = _tensor(engine.pool, device)
-        self.table = _tensor(engine.req_to_token, device)
-        self.lut = _tensor(engine.lut, device)
-
-    def plan(self, forward: Forward):
-        verify, write = first_plans(forward.verify_capacity, forward.write_req_capacity)
-        vp = self.impl.VerifyPlan.allocate(
-            verify_capacity=forward.verify_capacity, device=self.device
+        made.sources[0].tensor.copy_(torch.from_numpy(state.real_kv_sources[0].data))
+        super().__init__(
+            impl, device, made, pool=engine.pool, table=engine.req_to_token, lut=engine.lut
         )
-        wp = self.impl.WritePlan.allocate(
-            write_req_capacity=forward.write_req_capacity, device=self.device
-        )
-        for plan, first in ((vp, verify), (wp, write)):
-            for name, value in first.items():
-                getattr(plan, name).copy_(torch.from_numpy(value))
-        args = {
-            k: _tensor(v, self.device) if isinstance(v, np.ndarray) else v
-            for k, v in forward.plan.items()
-        }
-        self.table.copy_(torch.from_numpy(forward.plan["req_to_token"]))
-        args["req_to_token"] = self.table
-        if self.lut is not None:
-            self.lut.copy_(torch.from_numpy(forward.plan["full_to_swa_index_mapping"]))
-            args["full_to_swa_index_mapping"] = self.lut
-        self.impl.launch_canary_plan_kernels(
-            verify_plan_out=vp, write_plan_out=wp, **args,
-            verify_capacity=forward.verify_capacity, req_to_verify_expected_tokens=self.pool,
-        )  # fmt: skip
-        return vp, wp
-
-    def scatter(self, forward: Forward) -> None:
-        if forward.scatter is not None:
-            self.impl.launch_scatter_req_token_ids_kernel(
-                **{k: _tensor(v, self.device) for k, v in forward.scatter.items()},
-                pool_out=self.pool,
-            )
-
-    def verify(self, plan, *, tokens: bool = True) -> None:
-        self.impl.launch_canary_verify_kernel(
-            context=self.context, plan=plan, check_verify_expected_token=tokens
-        )
-
-    def store_kv(self, forward: Forward) -> None:
-        if forward.kv_slots.size:
-            self.kv[_tensor(forward.kv_slots, self.device)] = _tensor(forward.kv_bytes, self.device)
-
-    def write(self, forward: Forward, plan) -> None:
-        self.impl.launch_canary_write_kernel(
-            context=self.context, plan=plan,
-            **{k: _tensor(v, self.device) for k, v in forward.write.items()},
-            enable_write_input_assert=True,
-        )  # fmt: skip
-
-    def sweep(self, sweep: Sweep):
-        n = sweep.slots.shape[0]
-        plan = self.impl.VerifyPlan.allocate(verify_capacity=n, device=self.device)
-        for name, value in sweep_plan(sweep).items():
-            getattr(plan, name).copy_(torch.from_numpy(value))
-        self.verify(plan, tokens=False)
-
-    def flip(self, slot: int, byte: int) -> None:
-        self.kv[slot, byte] ^= 0xFF
-
-
-def _plan_host(vp, wp, host) -> dict:
-    plans = {"verify": vp, "write": wp}
-    return {key: host(getattr(plans[key[0]], key[1])) for key in PLAN_FIELDS}
 
 
 def run_step(impl: ImplRun, oracle: OracleRun, step: Forward | Sweep, *, what: str, config: str):
-    """One step of a history on both sides, compared after every launch: the pool after the
-    scatter, both plans after the plan, and the world after verify and after write."""
+    """One step of a history on both sides, compared after every launch
+    (:func:`conformance.driver.run_step`); ``what`` names the step in failure messages."""
     __tracebackhide__ = True
-
-    def same(launch: str, since: int) -> None:
-        assert_same_state(
-            Snapshot.of_world(impl.made), Snapshot.of_state(oracle.state),
-            index_before=since, what=f"{what}, {launch}", config=config,
-        )  # fmt: skip
-
-    if isinstance(step, Sweep):
-        since = oracle.index
-        impl.sweep(step)
-        oracle.sweep(step)
-        same("the verify of the cache sweep", since)
-        return
-    impl.scatter(step)
-    oracle.scatter(step)
-    got = to_numpy(impl.pool)
-    if (got != oracle.pool).any():
-        bad = np.argwhere(got != oracle.pool)[:4].tolist()
-        fail(f"{what}, scatter: the pool differs at {bad} (CONTRACT §13)", config=config)
-    ivp, iwp = impl.plan(step)
-    ovp, owp = oracle.plan(step)
-    lines = plan_differences(
-        _plan_host(ivp, iwp, lambda t: to_numpy(t).copy()),
-        _plan_host(ovp, owp, lambda a: np.asarray(a).copy()),
-    )
-    if lines:
-        fail(
-            f"{what}, plan: the plans differ (CONTRACT §12):\n  " + "\n  ".join(lines),
-            config=config,
-        )
-    since = oracle.index
-    impl.verify(ivp)
-    oracle.verify(ovp)
-    same("verify", since)
-    impl.store_kv(step)
-    oracle.store_kv(step)
-    since = oracle.index
-    impl.write(step, iwp)
-    oracle.write(step, owp)
-    same("write", since)
+    driver.run_step(impl, oracle, step, what=lambda launch: f"{what}, {launch}", config=config)
 
 
 @dataclass(frozen=True)
@@ -432,7 +256,3 @@ def settle(engine: Engine, run) -> None:
         }[name]()
         if step is not None:
             run(step)
-
-
-def copy_state(state: reference.CanaryState) -> reference.CanaryState:
-    return copy.deepcopy(state)

@@ -187,7 +187,7 @@ class Forward:
     ``launch_scatter_req_token_ids_kernel`` but the pool, or None), ``plan`` (the keywords of
     ``launch_canary_plan_kernels`` but the two plans and the expected-token pool), the
     capacities of the two plans, ``write`` (the keywords of ``launch_canary_write_kernel`` but
-    the context and the plan), and the KV every written canary slot gets (``kv_slots``,
+    the context and the plan, the input assert's flag included), and the KV every written canary slot gets (``kv_slots``,
     ``kv_bytes``)."""
 
     kind: str
@@ -469,6 +469,7 @@ class Engine:
                 out_cache_loc=slots_o,
                 expected_input_tokens=expected_o,
                 expected_input_positions=positions_o.copy(),
+                enable_write_input_assert=True,
             ),
             kv_slots=slots_o.copy(),
             kv_bytes=self._kv(slots_o.shape[0]),
