@@ -4,8 +4,9 @@
 reference: the scatter into the expected-token pool, the plan, verify, the forward's KV bytes
 and write, and the cache sweep, in the order an engine makes them. :class:`ImplRun` runs the
 same launches on an implementation's tensors, and :func:`run_step` runs one step on both and
-compares them after every launch. :func:`due_reports` says which reports a fault must have
-caused by the end of :data:`SETTLE`, a short run of steps after it.
+compares them after every launch. :func:`inject_and_settle` makes a fault, runs
+:data:`SETTLE`, a short run of steps after it, and holds the reports to what its class
+predicts (:mod:`strategies.faults`).
 
 Both runs start from one world: a canary slot per slot of the pool (SWA slots under a window),
 one flat source of 32 KV bytes per slot, a ring wide enough for every report of a history, the
@@ -14,23 +15,23 @@ chain position assert on, and the write's input assert on with the token oracle'
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
 import reference
 import strategies as st_kv
 from conformance import driver
+from conformance.assertions import fail_bits_name
 from conformance.driver import ImplementationSide, ReferenceSide
-from strategies.engine import KV_BYTES, READ_BYTES, Engine, Fault, Forward, Sweep
+from strategies import faults
+from strategies.engine import KV_BYTES, Engine, Forward, Sweep
+from strategies.faults import Due, Fault
 
 __all__ = [
     "RING_CAPACITY",
     "SETTLE",
     "ImplRun",
     "OracleRun",
-    "due_reports",
     "inject_and_settle",
     "oracle_world",
     "run_step",
@@ -43,8 +44,7 @@ RING_CAPACITY = 512
 #: prefills (a token each), decodes, prefills and decodes again, then the cache is swept, so
 #: that every running request is verified after any page was reused.
 SETTLE = ("admit", "prefill", "decode", "prefill", "decode", "sweep")
-#: FailReason bits.
-CHAIN, POSITION, REAL_KV, WRITE_TOKEN, TOKEN = 1, 2, 4, 8, 32
+SLOT, BITS = reference.ViolationField.SLOT_IDX, reference.ViolationField.FAIL_REASON_BITS
 
 
 def oracle_world(engine: Engine) -> reference.CanaryState:
@@ -112,74 +112,20 @@ def run_step(impl: ImplRun, oracle: OracleRun, step: Forward | Sweep, *, what: s
     driver.run_step(impl, oracle, step, what=lambda launch: f"{what}, {launch}", config=config)
 
 
-@dataclass(frozen=True)
-class Due:
-    """A report a fault must cause: a ring row naming ``slot`` whose bits hold ``bits``
-    (``exact``: are exactly ``bits``)."""
-
-    slot: int
-    bits: int
-    exact: bool = False
-
-
-def _record(state: reference.CanaryState, slot: int) -> np.ndarray:
-    return np.ascontiguousarray(state.canary_buf[slot, :32]).view("<i8")
-
-
-def due_reports(engine: Engine, fault: Fault, oracle: OracleRun) -> tuple[list[Due], bool] | None:
-    """What ``fault`` must cause by the end of :data:`SETTLE`, judged when it is made:
-    ``(reports, silent)``: every :class:`Due` must be among the rows stored, and with ``silent``
-    no row at all may be (the fault is one no mode-independent check can see: a KV byte the
-    hash mode does not read, or a slot whose record equals the one it replaced). None: nothing
-    is promised (the fault may leave the sliding window before it is verified)."""
-    mode = engine.config.mode
-    if fault.flip is not None:
-        slot, byte = fault.flip
-        if byte >= READ_BYTES[mode]:
-            return [], True
-        return [Due(slot, REAL_KV)], False
-    if fault.kind == "next_token_swap":
-        return [], False  # the slots are known once written: see due_after_settle
-    if engine.config.swa_window:
-        return None
-    if fault.kind == "freed_while_referenced":
-        return [], False
-    # req_to_token, page_swap: the first changed entry of each row now names another slot
-    dues = []
-    for rid, pos in fault.entries:
-        req = engine.running[rid]
-        new = int(engine.req_to_token[req.row, pos])
-        old = engine.full_slot(req, pos)
-        a, b = _record(oracle.state, old), _record(oracle.state, new)
-        bits = (CHAIN if a[2] != b[2] else 0) | (POSITION if a[1] != b[1] else 0)
-        bits |= TOKEN if a[0] != b[0] else 0
-        if bits:
-            dues.append(Due(new, bits, exact=True))
-    return dues, not dues
-
-
-def due_after_settle(engine: Engine, fault: Fault) -> list[Due]:
-    """Reports known only once the settle ran: the written slots of a swapped token, any slot
-    of a page freed while in use (without a sliding window)."""
-    if fault.kind == "next_token_swap":
-        return [Due(slot, WRITE_TOKEN) for slot in engine.slots_of(fault.entries)]
-    if fault.kind == "freed_while_referenced" and not engine.config.swa_window:
-        return [Due(-1, CHAIN | POSITION | TOKEN)]
-    return []
-
-
 def missing(dues: list[Due], rows: np.ndarray, fault: Fault) -> list[str]:
     """The dues no row of ``rows`` meets, as lines."""
     out = []
     for due in dues:
         if due.slot == -1:  # any slot of the fault's, any of the bits
-            ok = any(int(r[1]) in fault.slots and int(r[7]) & due.bits for r in rows)
+            ok = any(int(r[SLOT]) in fault.slots and int(r[BITS]) & due.bits for r in rows)
         elif due.exact:
-            ok = any(int(r[1]) == due.slot and int(r[7]) == due.bits for r in rows)
+            ok = any(int(r[SLOT]) == due.slot and int(r[BITS]) == due.bits for r in rows)
         else:
-            ok = any(int(r[1]) == due.slot and int(r[7]) & due.bits == due.bits for r in rows)
+            ok = any(int(r[SLOT]) == due.slot and int(r[BITS]) & due.bits == due.bits for r in rows)
         if not ok:
-            out.append(f"no report at slot {due.slot} with bits {due.bits} ({fault.what})")
+            out.append(
+                f"no report at slot {due.slot} with bits {fail_bits_name(due.bits)} ({fault.what})"
+            )
     return out
 
 
@@ -203,16 +149,18 @@ def warm_up(engine: Engine, run) -> None:
 def inject_and_settle(
     engine: Engine, oracle: OracleRun, kind: str, pick: int, byte: int, run, flip=None
 ):
-    """Make a fault of ``kind`` (``flip(slot, byte)`` changes the implementation's KV too), run
-    :data:`SETTLE` through ``run``, and judge the reports: ``(fault, problems, first)`` with
-    ``first`` the number of steps after the fault until the first report (None: none), or None
-    when the engine has no place for the fault or too few free pages to settle."""
+    """Make a fault of class ``kind`` (``flip(slot, byte)`` changes the implementation's KV
+    too), run :data:`SETTLE` through ``run``, and judge the reports by what the class predicts
+    (:mod:`strategies.faults`): ``(fault, problems, first)`` with ``first`` the number of steps
+    after the fault until the first report (None: none), or None when the engine has no place
+    for the fault or too few free pages to settle."""
     if not engine.free_rows or len(engine.free_pages) < 2 * len(engine.running) + 1:
         return None
-    fault = engine.fault(kind, pick, byte)
+    fault = faults.make(engine, kind, pick, byte)
     if fault is None:
         return None
-    due = due_reports(engine, fault, oracle)
+    cls = faults.FAULTS[kind]
+    due = cls.due(engine, fault, oracle.state.canary_buf)
     if fault.flip is not None:
         oracle.flip(*fault.flip)
         if flip is not None:
@@ -227,13 +175,11 @@ def inject_and_settle(
             steps[1] = steps[0]
 
     settle(engine, counted)
-    if due is None:
-        return fault, [], steps[1]
+    later = None if due is None else cls.due_after_settle(engine, fault)
+    if due is None or later is None:
+        return fault, [], steps[1]  # nothing promised
     dues, silent = due
-    dues = dues + due_after_settle(engine, fault)
-    if fault.flip is not None and engine.lut is not None and fault.flip[0] not in engine.lut:
-        return fault, [], steps[1]  # the slot left the window before a verify could see it
-    problems = missing(dues, oracle.rows(since), fault)
+    problems = missing(dues + later, oracle.rows(since), fault)
     if silent and oracle.index != since:
         problems.append(
             f"{oracle.index - since} reports, none due: mode {engine.config.mode} cannot see "

@@ -32,6 +32,7 @@ from conformance.driver import (
 from conformance.support import import_impl_lines
 from strategies.batches import EngineBatch, ScatterBatch, distinct_values
 from strategies.engine import KV_BYTES, Forward
+from strategies.faults import REQ_TO_TOKEN
 
 __all__ = [
     "PLAN_FIELDS",
@@ -192,7 +193,9 @@ def scatter_snippet(impl_name: str, device, batch: ScatterBatch) -> str:
 @dataclasses.dataclass(frozen=True)
 class TableChange:
     """``req_to_token[row, position]`` set to the slot of ``(other_row, other_position)``
-    between two steps of the pipeline: a page-table bug, as an engine would make it."""
+    between two steps of the pipeline: the engine model's ``req_to_token`` fault class
+    (:data:`strategies.faults.REQ_TO_TOKEN`) at a place the test draws from a batch, which has
+    no engine model to pick it."""
 
     row: int
     position: int
@@ -201,7 +204,8 @@ class TableChange:
 
     def apply(self, table: np.ndarray) -> None:
         """Make the change to ``table``, in place."""
-        table[self.row, self.position] = table[self.other_row, self.other_position]
+        slot = table[self.other_row, self.other_position]
+        REQ_TO_TOKEN.change(table, self.row, self.position, slot)
 
 
 def pipeline_steps(batch: EngineBatch) -> list[tuple[np.ndarray, np.ndarray]]:
