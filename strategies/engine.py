@@ -43,7 +43,7 @@ from typing import Any
 import hypothesis.strategies as st
 import numpy as np
 
-from reference import RealKvHashMode
+from reference import REQ_POOL_IDX_PADDING, RealKvHashMode, window_starts
 from strategies.sizes import check_int
 
 __all__ = [
@@ -350,6 +350,47 @@ class Engine:
         return self._forward("decode", rows, pad=pad)
 
     def _forward(self, kind: str, rows, pad: int) -> Forward | None:
+        """One forward step of ``kind`` over ``rows``, ``(request, tokens to write)``, and
+        ``pad`` padding rows: the pages allocated, the batch laid out (padding rows anywhere),
+        the launches' arrays made, then the engine moved past the forward."""
+        batch = self._allocate(rows)
+        if not batch:
+            return None
+        self.steps += 1
+        lens = self._batch_rows(kind, batch, pad)
+        written = self._written_tokens(batch)
+        order = self.rng.permutation(len(batch) + pad)  # padding rows stand anywhere in the batch
+        lens = {name: value[order] for name, value in lens.items()}
+        ids, positions, slots, expected = self._in_plan_order(batch, order, written)
+        live = [batch[i][0] for i in order if i < len(batch)]
+        forward = Forward(
+            kind=kind,
+            scatter=self._scatter(live),
+            plan=self._plan_inputs(lens),
+            verify_capacity=self._verify_capacity(lens),
+            write_req_capacity=len(batch) + pad,
+            write=dict(
+                input_ids=ids,
+                positions=positions,
+                out_cache_loc=slots,
+                expected_input_tokens=expected,
+                expected_input_positions=positions.copy(),
+                enable_write_input_assert=True,
+            ),
+            kv_slots=slots.copy(),
+            kv_bytes=self._kv(slots.shape[0]),
+        )
+        self._after_forward(batch)
+        self.log.append(
+            f"{kind}: "
+            + ", ".join(f"request {r.rid} writes {e}" for r, e in batch)
+            + (f", {pad} padding rows" if pad else "")
+        )
+        return forward
+
+    def _allocate(self, rows) -> list[tuple[_Request, int]]:
+        """The rows that run, ``(request, tokens it writes)``, each with the pages it needs
+        allocated; a row past its context or without enough free pages waits."""
         c = self.config
         batch = []
         for req, e in rows:
@@ -362,19 +403,28 @@ class Engine:
                 assert page is not None
                 req.pages.append(page)
             batch.append((req, e))
-        if not batch:
-            return None
-        self.steps += 1
+        return batch
+
+    def _batch_rows(self, kind: str, batch, pad: int) -> dict[str, np.ndarray]:
+        """Each row's pool row and lengths, the batch's rows first and the padding rows after
+        them, with stale lengths (a decode batch's extend lengths are all 1, as SGLang's)."""
         bs = len(batch) + pad
-        req_pool_indices = np.zeros(bs, dtype=np.int64)
-        stale = self.rng.integers(-3, c.context_len + 3, (3, bs)).astype(np.int64)
-        prefix_lens, extend_lens, valid_lens = stale[0], stale[1], stale[2]
-        if kind == "decode":  # SGLang fills every row's extend length of a decode batch with 1
-            extend_lens[:] = 1
-        ids, positions, slots, expected = [], [], [], []
+        rows = np.full(bs, REQ_POOL_IDX_PADDING, dtype=np.int64)
+        stale = self.rng.integers(-3, self.config.context_len + 3, (3, bs)).astype(np.int64)
+        prefix, extend, valid = stale[0], stale[1], stale[2]
+        if kind == "decode":
+            extend[:] = 1
         for i, (req, e) in enumerate(batch):
-            req_pool_indices[i] = req.row
-            prefix_lens[i], extend_lens[i], valid_lens[i] = req.written, e, len(req.tokens)
+            rows[i] = req.row
+            prefix[i], extend[i], valid[i] = req.written, e, len(req.tokens)
+        return {"rows": rows, "prefix": prefix, "extend": extend, "valid": valid}
+
+    def _written_tokens(self, batch) -> list[np.ndarray]:
+        """The token, the token oracle's token, the position and the canary slot of every
+        position the batch writes, request by request; the page table names each slot now."""
+        c = self.config
+        ids, positions, slots, expected = [], [], [], []
+        for req, e in batch:
             for pos in range(req.written, req.written + e):
                 full = self.full_slot(req, pos)
                 self.req_to_token[req.row, pos] = full
@@ -382,60 +432,50 @@ class Engine:
                 expected.append(req.truth[pos + c.offset])
                 positions.append(pos)
                 slots.append(self.canary_slot(full))
-        order = self.rng.permutation(bs)  # padding rows stand anywhere in the batch
-        req_pool_indices, prefix_lens = req_pool_indices[order], prefix_lens[order]
-        extend_lens, valid_lens = extend_lens[order], valid_lens[order]
-        # the write arrays follow the plan's row order
-        chunks = {}
-        start = 0
-        for i, (_req, e) in enumerate(batch):
-            chunks[i] = slice(start, start + e)
-            start += e
-        arrays = [np.asarray(x, dtype=np.int64) for x in (ids, positions, slots, expected)]
-        pick = [np.arange(chunks[i].start, chunks[i].stop) for i in order if i < len(batch)]
+        return [np.asarray(x, dtype=np.int64) for x in (ids, positions, slots, expected)]
+
+    @staticmethod
+    def _in_plan_order(batch, order: np.ndarray, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """The write's arrays in the plan's row order (``order`` of the batch's rows)."""
+        starts = np.cumsum([0] + [e for _, e in batch])
+        pick = [np.arange(starts[i], starts[i + 1]) for i in order if i < len(batch)]
         idx = np.concatenate(pick) if pick else np.zeros(0, np.int64)
-        ids_o, positions_o, slots_o, expected_o = (a[idx] for a in arrays)
-        live_rows = [batch[i][0] for i in order if i < len(batch)]
-        flat = np.concatenate([np.asarray(r.tokens, np.int64) for r in live_rows])
-        lens = np.asarray([len(r.tokens) for r in live_rows], dtype=np.int64)
-        scatter = dict(
-            flat_in=flat,
+        return [a[idx] for a in arrays]
+
+    @staticmethod
+    def _scatter(live: list[_Request]) -> dict:
+        """The scatter of each running row's token snapshot into the expected-token pool."""
+        lens = np.asarray([len(r.tokens) for r in live], dtype=np.int64)
+        return dict(
+            flat_in=np.concatenate([np.asarray(r.tokens, np.int64) for r in live]),
             offsets=np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
-            req_pool_indices=np.asarray([r.row for r in live_rows], dtype=np.int64),
+            req_pool_indices=np.asarray([r.row for r in live], dtype=np.int64),
         )
-        table = self.req_to_token.copy()
-        plan = dict(
-            req_pool_indices=req_pool_indices,
-            prefix_lens=prefix_lens,
-            extend_seq_lens=extend_lens,
-            req_to_token=table,
+
+    def _plan_inputs(self, lens: dict[str, np.ndarray]) -> dict:
+        """The plan kernel's arguments but the plans, their capacity and the pool: SGLang's
+        ``PlanInput``, over copies of the page table and the full-to-SWA table as they are now."""
+        c = self.config
+        return dict(
+            req_pool_indices=lens["rows"],
+            prefix_lens=lens["prefix"],
+            extend_seq_lens=lens["extend"],
+            req_to_token=self.req_to_token.copy(),
             swa_window_size=c.swa_window,
             full_to_swa_index_mapping=None if self.lut is None else self.lut.copy(),
-            req_to_verify_expected_tokens_valid_lens=valid_lens,
+            req_to_verify_expected_tokens_valid_lens=lens["valid"],
             kv_token_id_vs_position_offset=c.offset,
         )
-        starts = np.where(
-            req_pool_indices != 0, np.maximum(prefix_lens - (c.swa_window or 10**9), 0), 0
-        )
-        need = int(np.where(req_pool_indices != 0, prefix_lens - starts, 0).sum())
-        forward = Forward(
-            kind=kind,
-            scatter=scatter,
-            plan=plan,
-            verify_capacity=max(1, need),
-            write_req_capacity=bs,
-            write=dict(
-                input_ids=ids_o,
-                positions=positions_o,
-                out_cache_loc=slots_o,
-                expected_input_tokens=expected_o,
-                expected_input_positions=positions_o.copy(),
-                enable_write_input_assert=True,
-            ),
-            kv_slots=slots_o.copy(),
-            kv_bytes=self._kv(slots_o.shape[0]),
-        )
-        # after the forward: positions written, next tokens sampled, SWA windows slide
+
+    def _verify_capacity(self, lens: dict[str, np.ndarray]) -> int:
+        """The verify plan's capacity: every entry of every running row's window, at least 1."""
+        live = lens["rows"] != REQ_POOL_IDX_PADDING
+        prefix = np.where(live, lens["prefix"], 0)
+        return max(1, int((prefix - window_starts(prefix, self.config.swa_window)).sum()))
+
+    def _after_forward(self, batch) -> None:
+        """After the forward: positions written, next tokens sampled, SWA windows slide."""
+        c = self.config
         self.last_written = []
         for req, e in batch:
             self.last_written += [(req.rid, pos) for pos in range(req.written, req.written + e)]
@@ -449,12 +489,6 @@ class Engine:
                 self._evict_slots(
                     self.full_slot(req, p) for p in range(self.window_start(req.written))
                 )
-        self.log.append(
-            f"{kind}: "
-            + ", ".join(f"request {r.rid} writes {e}" for r, e in batch)
-            + (f", {pad} padding rows" if pad else "")
-        )
-        return forward
 
     def finish(self, pick: int) -> int | None:
         """A request that has sampled a token ends: its page-aligned written prefix is cached,
