@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 
 from conformance.engine_support import OracleRun, warm_up
+from reference import RealKvHashMode
 from strategies import faults
 from strategies.engine import Engine, EngineConfig, Forward, engine_configs
 from strategies.faults import FAULT_KINDS
@@ -109,7 +110,9 @@ def test_the_same_calls_give_the_same_arrays(config, ops):
 
 @pytest.mark.parametrize("kind", FAULT_KINDS)
 def test_every_fault_has_a_place_after_the_warm_up(kind):
-    config = EngineConfig(page_size=2, num_pages=32, pool_rows=6, context_len=16, mode=2, seed=5)
+    config = EngineConfig(
+        page_size=2, num_pages=32, pool_rows=6, context_len=16, mode=RealKvHashMode.ALL, seed=5
+    )
     engine = Engine(config)
     warm_up(engine, OracleRun(engine).forward_or_sweep)
     fault = faults.make(engine, kind, pick=3, byte=7)
