@@ -81,7 +81,7 @@ RING_FIELDS = (
 _HASH_FIELDS = {"prev_hash", "real_kv_hash", "stored_chain_hash"}
 # FailReason bits by their short names: VERIFY_CHAIN_HASH_MISMATCH is CHAIN, WRITE_TOKEN_MISMATCH
 # is WRITE_TOKEN, VERIFY_TOKEN_MISMATCH is TOKEN.
-_BITS = {
+FAIL_BIT_NAMES = {
     int(reason): reason.name.removeprefix("VERIFY_").removesuffix("_MISMATCH").removesuffix("_HASH")
     for reason in reference.FailReason
 }
@@ -98,8 +98,8 @@ def launch_tag_name(value: int) -> str:
 def fail_bits_name(value: int) -> str:
     """Violation bits by their names, e.g. ``CHAIN|REAL_KV`` for 5 (``0`` for none)."""
     value = int(value)
-    names = [name for bit, name in _BITS.items() if value & bit]
-    rest = value & ~sum(_BITS)
+    names = [name for bit, name in FAIL_BIT_NAMES.items() if value & bit]
+    rest = value & ~sum(FAIL_BIT_NAMES)
     if rest:
         names.append(hex(rest))
     return "|".join(names) or "0"

@@ -3,7 +3,9 @@ implementation's tensors and the reference's arrays, both launched, their result
 field by field, and a snippet that repeats the call.
 
 The plans an implementation fills start with distinct non-zero contents (:func:`prefilled`), so
-an entry the contract says is left alone, and is not, shows as a difference.
+an entry the contract says is left alone, and is not, shows as a difference. The pipeline
+(:func:`run_pipeline`) makes a drawn batch into an engine's steps and runs them through the
+suite's one driver (:mod:`conformance.driver`).
 """
 
 from __future__ import annotations
@@ -15,10 +17,22 @@ import torch
 
 import reference
 import strategies as st_kv
-from conformance.assertions import fail, to_numpy
+from conformance.driver import (
+    PLAN_FIELDS,
+    ImplementationSide,
+    ReferenceSide,
+    allocate_plans,
+    assert_same_plans,
+    first_plans,
+    plan_differences,
+    plan_host,
+    reference_plans,
+    run_step,
+)
 from conformance.support import import_impl_lines
-from conformance.write_verify_support import Snapshot, assert_same_state
 from strategies.batches import EngineBatch, ScatterBatch, distinct_values
+from strategies.engine import KV_BYTES, Forward
+from strategies.faults import REQ_TO_TOKEN
 
 __all__ = [
     "PLAN_FIELDS",
@@ -32,19 +46,6 @@ __all__ = [
     "reference_plan",
     "scatter_snippet",
 ]
-
-#: Every field of the two plans, as ``(plan, field)``, in the order failures name them.
-PLAN_FIELDS = (
-    ("verify", "verify_slot_indices"),
-    ("verify", "verify_expected_tokens"),
-    ("verify", "verify_expected_positions"),
-    ("verify", "verify_prev_slot_indices"),
-    ("verify", "verify_num_valid"),
-    ("verify", "enable"),
-    ("write", "write_offsets"),
-    ("write", "write_seed_slot_indices"),
-    ("write", "write_num_valid_reqs"),
-)
 
 
 @dataclasses.dataclass
@@ -64,27 +65,6 @@ class PlanArgs:
             else value
             for name, value in self.inputs.items()
         }
-
-
-def first_plans(verify_capacity: int, write_req_capacity: int) -> tuple[dict, dict]:
-    """Both plans' first contents: distinct non-zero values, none a value the plan could write
-    by chance (large negative entries; num_valid and the flags at odd values)."""
-    base = -(10**9)
-    k = np.arange(verify_capacity, dtype=np.int64)
-    verify = {
-        "verify_slot_indices": base - 4 * k,
-        "verify_expected_tokens": base - 4 * k - 1,
-        "verify_expected_positions": base - 4 * k - 2,
-        "verify_prev_slot_indices": base - 4 * k - 3,
-        "verify_num_valid": np.array([-77], dtype=np.int32),
-        "enable": np.array([5], dtype=np.int32),
-    }
-    write = {
-        "write_offsets": 2 * base - np.arange(write_req_capacity + 1, dtype=np.int64),
-        "write_seed_slot_indices": 3 * base - np.arange(write_req_capacity, dtype=np.int64),
-        "write_num_valid_reqs": np.array([-99], dtype=np.int32),
-    }
-    return verify, write
 
 
 def prefilled(batch: EngineBatch) -> tuple[dict, dict]:
@@ -111,19 +91,9 @@ def plan_args(batch: EngineBatch) -> PlanArgs:
 
 
 def implementation_plans(impl, args: PlanArgs, device):
-    """The implementation's two plans, allocated by it and filled with ``args``' first contents."""
-    verify = impl.VerifyPlan.allocate(verify_capacity=args.batch.verify_capacity, device=device)
-    write = impl.WritePlan.allocate(write_req_capacity=args.batch.write_req_capacity, device=device)
-    for plan, first in ((verify, args.verify), (write, args.write)):
-        for name, value in first.items():
-            getattr(plan, name).copy_(torch.from_numpy(value.copy()))
-    return verify, write
-
-
-def plan_host(verify, write) -> dict:
-    """Both plans' fields as host arrays, keyed ``(plan, field)``."""
-    plans = {"verify": verify, "write": write}
-    return {key: to_numpy(getattr(plans[key[0]], key[1])).copy() for key in PLAN_FIELDS}
+    """The implementation's two plans for ``args``' batch, as a plan launch finds them
+    (:func:`conformance.driver.allocate_plans`)."""
+    return allocate_plans(impl, device, args.batch.verify_capacity, args.batch.write_req_capacity)
 
 
 def implementation_plan(impl, args: PlanArgs, device) -> dict:
@@ -137,33 +107,9 @@ def implementation_plan(impl, args: PlanArgs, device) -> dict:
 
 def reference_plan(args: PlanArgs) -> dict:
     """The reference's plans for ``args``, as host arrays keyed like :func:`plan_host`."""
-    verify = reference.VerifyPlan(**{k: v.copy() for k, v in args.verify.items()})
-    write = reference.WritePlan(**{k: v.copy() for k, v in args.write.items()})
+    verify, write = reference_plans(args.batch.verify_capacity, args.batch.write_req_capacity)
     reference.plan(verify, write, **args.inputs)
-    return plan_host_numpy(verify, write)
-
-
-def plan_host_numpy(verify, write) -> dict:
-    plans = {"verify": verify, "write": write}
-    return {key: np.asarray(getattr(plans[key[0]], key[1])).copy() for key in PLAN_FIELDS}
-
-
-def plan_differences(got: dict, want: dict, *, limit: int = 6) -> list[str]:
-    """One line per differing entry of each field (at most ``limit`` a field), dtype and shape
-    included: ``verify_prev_slot_indices[3] got 17, want -1``."""
-    lines = []
-    for key in PLAN_FIELDS:
-        g, w = got[key], want[key]
-        name = key[1]
-        if g.dtype != w.dtype or g.shape != w.shape:
-            lines.append(f"{name}: got {g.dtype} {list(g.shape)}, want {w.dtype} {list(w.shape)}")
-            continue
-        where = np.flatnonzero(g != w)
-        for i in where[:limit]:
-            lines.append(f"{name}[{i}] got {int(g[i])}, want {int(w[i])}")
-        if where.size > limit:
-            lines.append(f"{name}: {where.size - limit} more entries differ")
-    return lines
+    return plan_host(verify, write)
 
 
 def describe_batch(batch: EngineBatch) -> str:
@@ -203,13 +149,7 @@ def plan_snippet(impl_name: str, device, batch: EngineBatch) -> str:
 
 def assert_plans_equal(got: dict, want: dict, *, call: str, batch: EngineBatch, repro: str) -> None:
     __tracebackhide__ = True
-    lines = plan_differences(got, want)
-    if lines:
-        fail(
-            f"{call}: the plans differ from the reference (CONTRACT §12):\n  " + "\n  ".join(lines),
-            config=describe_batch(batch),
-            repro=repro,
-        )
+    assert_same_plans(got, want, what=call, config=describe_batch(batch), repro=repro)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,12 +193,19 @@ def scatter_snippet(impl_name: str, device, batch: ScatterBatch) -> str:
 @dataclasses.dataclass(frozen=True)
 class TableChange:
     """``req_to_token[row, position]`` set to the slot of ``(other_row, other_position)``
-    between two steps of the pipeline: a page-table bug, as an engine would make it."""
+    between two steps of the pipeline: the engine model's ``req_to_token`` fault class
+    (:data:`strategies.faults.REQ_TO_TOKEN`) at a place the test draws from a batch, which has
+    no engine model to pick it."""
 
     row: int
     position: int
     other_row: int
     other_position: int
+
+    def apply(self, table: np.ndarray) -> None:
+        """Make the change to ``table``, in place."""
+        slot = table[self.other_row, self.other_position]
+        REQ_TO_TOKEN.change(table, self.row, self.position, slot)
 
 
 def pipeline_steps(batch: EngineBatch) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -333,109 +280,93 @@ def pipeline_world(batch: EngineBatch):
     """The canary world of a pipeline: one slot per slot the table names (SWA slots under a
     table), every slot's KV bytes distinct and read in mode ALL, the chain position assert on,
     and a ring wide enough for every report a changed page-table entry causes."""
-    return st_kv.world(num_slots=batch.num_slots, mode=2, ring_capacity=64, chain_assert=1)
+    return st_kv.world(
+        num_slots=batch.num_slots,
+        mode=int(reference.RealKvHashMode.ALL),
+        ring_capacity=64,
+        chain_assert=1,
+    )
 
 
-def run_pipeline(impl, device, batch: EngineBatch, *, change: TableChange | None = None, what):
-    """Scatter, then per step of :func:`pipeline_steps`: plan, verify and write, on the
-    implementation and on the reference, the states compared after every launch with
-    ``what(step, launch)`` naming the point. ``change`` is made to the page table after the
-    second step. Returns the reference state and the write index before the last step."""
-    __tracebackhide__ = True
+def pipeline_forwards(batch: EngineBatch, change: TableChange | None = None) -> list[Forward]:
+    """The steps of :func:`pipeline_steps` as an engine's forwards: the scatter in the first,
+    then each step's plan (a verify capacity that holds all its entries: an overflow would
+    silence the verify) and its write, without the input assert and with no KV written.
+    ``change`` is made to the page table before the last step, and under an ``evicted`` SWA
+    table a slot is evicted once it left the window: before the last step, not while written."""
     a = batch.arrays()
-    made = st_kv.materialize_world(pipeline_world(batch), device)
-    state = made.reference_state()
-    context = made.context(impl)
     table = a.req_to_token.copy()
     lut = a.full_to_swa_index_mapping
     if batch.swa_table == "evicted":
-        # a slot is evicted once it left the window: before the last step, not while written
         lut = dataclasses.replace(batch, swa_table="permuted").arrays().full_to_swa_index_mapping
-    pool = a.req_to_verify_expected_tokens
-    config = describe_batch(batch)
-
-    def tensor(array):
-        return None if array is None else torch.from_numpy(np.ascontiguousarray(array)).to(device)
-
-    pool_t = tensor(pool)
-    if pool is not None:
-        scatter = scatter_inputs(batch)
-        impl.launch_scatter_req_token_ids_kernel(
-            **{k: tensor(v) for k, v in scatter.items()}, pool_out=pool_t
-        )
-        reference.scatter(**scatter, pool_out=pool)
-        got = to_numpy(pool_t)
-        if (got != pool).any():
-            bad = np.argwhere(got != pool)[:4].tolist()
-            fail(
-                f"{what('scatter', 'scatter')}: pool differs at {bad} (CONTRACT §13)", config=config
-            )
-    index_before_last = 0
+    inputs = plan_args(batch).inputs
+    del inputs["verify_capacity"], inputs["req_to_verify_expected_tokens"]  # the step's own
+    forwards = []
     for step, (prefix, extend) in enumerate(pipeline_steps(batch)):
         if step == 2 and change is not None:
-            table[change.row, change.position] = table[change.other_row, change.other_position]
-        if step == 2:
-            index_before_last = int(state.violation_write_index[0])
-            if batch.swa_table == "evicted":
-                lut = evicted_before(batch, table, lut, prefix)
-        # each step's plan holds all its entries: an overflow would silence the verify
+            change.apply(table)
+        if step == 2 and batch.swa_table == "evicted":
+            lut = evicted_before(batch, table, lut, prefix)
         need = reference.plan_entries(
             req_pool_indices=a.req_pool_indices, prefix_lens=prefix, req_to_token=table,
             swa_window_size=batch.swa_window, full_to_swa_index_mapping=None,
             req_to_verify_expected_tokens=None, req_to_verify_expected_tokens_valid_lens=None,
             kv_token_id_vs_position_offset=0,
         ).slots.shape[0]  # fmt: skip
-        step_batch = dataclasses.replace(batch, verify_capacity=max(1, need))
-        args = dataclasses.replace(
-            plan_args(step_batch),
-            inputs={
-                **plan_args(step_batch).inputs,
-                "prefix_lens": prefix,
-                "extend_seq_lens": extend,
-                "req_to_token": table,
-                "full_to_swa_index_mapping": lut,
-                "req_to_verify_expected_tokens": pool,
-            },
+        plan = dict(inputs, prefix_lens=prefix, extend_seq_lens=extend, req_to_token=table.copy())
+        plan["full_to_swa_index_mapping"] = None if lut is None else lut.copy()
+        write = dict(
+            zip(
+                ("input_ids", "positions", "out_cache_loc"),
+                write_arrays(batch, table, lut, prefix, extend),
+            )
         )
-        verify_plan, write_plan = implementation_plans(impl, args, device)
-        inputs = args.tensors(device)
-        inputs["req_to_verify_expected_tokens"] = pool_t
-        impl.launch_canary_plan_kernels(
-            verify_plan_out=verify_plan, write_plan_out=write_plan, **inputs
-        )
-        ref_verify = reference.VerifyPlan(**{k: v.copy() for k, v in args.verify.items()})
-        ref_write = reference.WritePlan(**{k: v.copy() for k, v in args.write.items()})
-        reference.plan(ref_verify, ref_write, **args.inputs)
-        assert_plans_equal(
-            plan_host(verify_plan, write_plan),
-            plan_host_numpy(ref_verify, ref_write),
-            call=what(step, "plan"),
-            batch=batch,
-            repro="",
-        )
-        since = int(state.violation_write_index[0])
-        impl.launch_canary_verify_kernel(
-            context=context, plan=verify_plan, check_verify_expected_token=True
-        )
-        reference.verify(state, ref_verify, check_verify_expected_token=True)
-        assert_same_state(
-            Snapshot.of_world(made), Snapshot.of_state(state), index_before=since,
-            what=what(step, "verify"), config=config,
-        )  # fmt: skip
-        ids, positions, slots = write_arrays(batch, table, lut, prefix, extend)
-        since = int(state.violation_write_index[0])
-        impl.launch_canary_write_kernel(
-            context=context, plan=write_plan, input_ids=tensor(ids), positions=tensor(positions),
-            out_cache_loc=tensor(slots), enable_write_input_assert=False,
-            expected_input_tokens=None, expected_input_positions=None,
-        )  # fmt: skip
-        reference.write(
-            state, ref_write, input_ids=ids, positions=positions, out_cache_loc=slots,
-            enable_write_input_assert=False, expected_input_tokens=None,
+        write.update(
+            enable_write_input_assert=False,
+            expected_input_tokens=None,
             expected_input_positions=None,
+        )
+        forwards.append(
+            Forward(
+                kind=("prefill", "step", "decode")[step],
+                scatter=scatter_inputs(batch)
+                if step == 0 and a.req_to_verify_expected_tokens is not None
+                else None,
+                plan=plan,
+                verify_capacity=max(1, need),
+                write_req_capacity=batch.write_req_capacity,
+                write=write,
+                kv_slots=np.zeros(0, np.int64),
+                kv_bytes=np.zeros((0, KV_BYTES), np.uint8),
+            )
+        )
+    return forwards
+
+
+def run_pipeline(impl, device, batch: EngineBatch, *, change: TableChange | None = None, what):
+    """Scatter, then per step of :func:`pipeline_steps`: plan, verify and write, on the
+    implementation and on the reference (:func:`conformance.driver.run_step`), the states
+    compared after every launch with ``what(step, launch)`` naming the point. ``change`` is made
+    to the page table after the second step. Returns the reference state and the write index
+    before the last step."""
+    __tracebackhide__ = True
+    forwards = pipeline_forwards(batch, change)
+    made = st_kv.materialize_world(pipeline_world(batch), device)
+    a = batch.arrays()
+    pool = a.req_to_verify_expected_tokens
+    oracle = ReferenceSide(made.reference_state(), pool)
+    first = forwards[0].plan
+    implementation = ImplementationSide(
+        impl, device, made, pool=pool, table=first["req_to_token"],
+        lut=first["full_to_swa_index_mapping"],
+    )  # fmt: skip
+    config = describe_batch(batch)
+    index_before_last = 0
+    for step, forward in enumerate(forwards):
+        if step == 2:
+            index_before_last = oracle.index
+        run_step(
+            implementation, oracle, forward,
+            what=lambda launch, step=step: what(step, launch), config=config,
         )  # fmt: skip
-        assert_same_state(
-            Snapshot.of_world(made), Snapshot.of_state(state), index_before=since,
-            what=what(step, "write"), config=config,
-        )  # fmt: skip
-    return state, index_before_last
+    return oracle.state, index_before_last

@@ -1,5 +1,6 @@
 """The canary as an engine runs it: long histories of an engine model, step by step, with
-SGLang's own fault classes (CONTRACT §6, §7, §12, §13; ``strategies.engine``).
+SGLang's own fault classes (CONTRACT §6, §7, §12, §13; ``strategies.engine``,
+``strategies.faults``).
 
 Every step runs the plan, verify and write (and the scatter, or the cache sweep) on the
 implementation and on the reference, and their states must agree after every launch. With no
@@ -20,7 +21,8 @@ from hypothesis.stateful import initialize, invariant, precondition, rule
 from conformance.assertions import fail
 from conformance.engine_support import ImplRun, OracleRun, inject_and_settle, run_step, warm_up
 from conformance.profiles import engine_sizes, engine_step_sizes, examples
-from strategies.engine import FAULT_KINDS, Engine, engine_configs
+from strategies.engine import KV_BYTES, Engine, engine_configs
+from strategies.faults import FAULT_KINDS
 
 pytestmark = pytest.mark.plan
 
@@ -94,7 +96,11 @@ class EngineMachine(stateful.RuleBasedStateMachine):
         self._run(self.engine.sweep())
 
     @precondition(lambda self: self.fault is None)
-    @rule(kind=st.sampled_from(FAULT_KINDS), pick=st.integers(0, 2**10), byte=st.integers(0, 31))
+    @rule(
+        kind=st.sampled_from(FAULT_KINDS),
+        pick=st.integers(0, 2**10),
+        byte=st.integers(0, KV_BYTES - 1),
+    )
     def inject(self, kind, pick, byte):
         made = inject_and_settle(
             self.engine, self.oracle, kind, pick, byte, self._run, flip=self.run_impl.flip

@@ -17,6 +17,7 @@ import reference
 import strategies as st_kv
 from conformance import profiles
 from conformance.assertions import fail
+from conformance.driver import VERIFY_FIELDS
 from conformance.golden.plan_scenarios import engine_scale
 from conformance.plan_support import (
     PLAN_FIELDS,
@@ -262,7 +263,7 @@ def test_an_engine_scale_plan_feeds_one_verify_launch(impl, impl_name, device):
         context=made.context(impl), plan=verify, check_verify_expected_token=True
     )
     reference.verify(
-        state, reference.VerifyPlan(**{name: want["verify", name] for _, name in PLAN_FIELDS[:6]}),
+        state, reference.VerifyPlan(**{name: want["verify", name] for name in VERIFY_FIELDS}),
         check_verify_expected_token=True,
     )  # fmt: skip
     assert_same_state(

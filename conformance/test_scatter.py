@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import given, target
 
 from conformance import profiles
-from conformance.assertions import fail, to_numpy
+from conformance.assertions import to_numpy
+from conformance.driver import assert_same_pool
 from conformance.plan_support import reference_scatter, scatter_snippet, scatter_tensors
 from conformance.profiles import examples
 from strategies.batches import ScatterBatch, scatter_batches
@@ -26,21 +26,14 @@ def check_scatter(impl, impl_name, device, batch: ScatterBatch) -> None:
     __tracebackhide__ = True
     tensors = scatter_tensors(batch, device)
     impl.launch_scatter_req_token_ids_kernel(**tensors)
-    got, want = to_numpy(tensors["pool_out"]), reference_scatter(batch)
-    if got.dtype != want.dtype or got.shape != want.shape:
-        fail(f"pool_out became {got.dtype} {list(got.shape)}, want {want.dtype} {list(want.shape)}")
-    wrong = np.argwhere(got != want)
-    if wrong.size:
-        cells = ", ".join(
-            f"pool_out[{r}, {c}] got {int(got[r, c])}, want {int(want[r, c])}" for r, c in wrong[:6]
-        )
-        fail(
-            f"launch_scatter_req_token_ids_kernel: {len(wrong)} pool entries differ from the "
-            f"reference (CONTRACT §13): {cells}",
-            config=f"{batch.num_rows} pool rows x {batch.context_len}, requests to rows "
-            f"{list(batch.pool_rows)[:12]} with {list(batch.lengths)[:12]} tokens",
-            repro=scatter_snippet(impl_name, device, batch),
-        )
+    assert_same_pool(
+        to_numpy(tensors["pool_out"]),
+        reference_scatter(batch),
+        what="launch_scatter_req_token_ids_kernel",
+        config=f"{batch.num_rows} pool rows x {batch.context_len}, requests to rows "
+        f"{list(batch.pool_rows)[:12]} with {list(batch.lengths)[:12]} tokens",
+        repro=scatter_snippet(impl_name, device, batch),
+    )
 
 
 @examples(0.5)

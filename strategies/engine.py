@@ -27,9 +27,9 @@ the position as prefix and write one token), the write's arrays with the token o
 expected inputs, and the KV bytes the forward writes into every written slot (distinct and
 non-zero). A sweep returns a :class:`Sweep`.
 
-The faults are SGLang's self-test perturbations (``sglang/srt/kv_canary/perturb/``) plus two
-allocator bugs, each a method that changes the engine's state and returns a :class:`Fault`
-saying where a report is due: :data:`FAULT_KINDS`.
+The faults an engine can make, SGLang's self-test perturbations plus two allocator bugs, are
+the fault classes of :mod:`strategies.faults`, each one object that makes its fault in an
+:class:`Engine` and says what it must cause.
 
 Torch-free and deterministic: the same calls on the same :class:`EngineConfig` give the same
 arrays, so a failing history's steps repeat it exactly.
@@ -43,51 +43,26 @@ from typing import Any
 import hypothesis.strategies as st
 import numpy as np
 
+from reference import REQ_POOL_IDX_PADDING, RealKvHashMode, window_starts
 from strategies.sizes import check_int
 
 __all__ = [
-    "FAULT_KINDS",
-    "KV_FAULTS",
+    "KV_BYTES",
     "Engine",
     "EngineConfig",
-    "Fault",
     "Forward",
     "Sweep",
     "engine_configs",
+    "pick_from",
 ]
-
-#: The fault classes: SGLang's five self-test perturbations, then two allocator bugs.
-#:
-#: - ``req_to_token``: an entry of a running request's page table names another running
-#:   request's slot (``perturb/req_to_token.py``);
-#: - ``kv_used``: a KV byte of a slot a running request uses changes (``perturb/real_kv_used.py``);
-#: - ``kv_unused_cache``: a KV byte of a slot only the prefix cache holds changes
-#:   (``perturb/real_kv_unused_cache.py``);
-#: - ``kv_post_forward``: a KV byte of a slot the last forward wrote changes after its write
-#:   (``perturb/real_kv_post_forward.py``);
-#: - ``next_token_swap``: two requests' sampled next tokens are swapped
-#:   (``perturb/next_token_swap.py``), so each writes the other's token;
-#: - ``page_swap``: the page table of two running requests names each other's page;
-#: - ``freed_while_referenced``: a page of a running request goes back to the allocator, which
-#:   hands it to another request that writes it.
-FAULT_KINDS = (
-    "req_to_token",
-    "kv_used",
-    "kv_unused_cache",
-    "kv_post_forward",
-    "next_token_swap",
-    "page_swap",
-    "freed_while_referenced",
-)
-#: The fault classes that change KV bytes and nothing else.
-KV_FAULTS = ("kv_used", "kv_unused_cache", "kv_post_forward")
 
 #: Bytes of KV per slot (one flat uint8 source row per slot).
 KV_BYTES = 32
-#: FailReason bits (CONTRACT §1), as plain ints.
-_REAL_KV, _WRITE_TOKEN = 4, 8
-#: Bytes each real_kv_hash_mode reads of a slot: NONE, PARTIAL, ALL.
-READ_BYTES = {0: 0, 1: 16, 2: KV_BYTES}
+
+
+def pick_from(items: list, pick: int) -> Any:
+    """The item ``pick`` chooses (modulo their number), or None when there is none."""
+    return items[pick % len(items)] if items else None
 
 
 @dataclass(frozen=True)
@@ -110,7 +85,7 @@ class EngineConfig:
     context_len: int = 16  # positions of a row
     swa_window: int = 0  # 0: full attention
     offset: int = 0  # the EAGLE offset, 0 or 1
-    mode: int = 2  # real_kv_hash_mode: 0 NONE, 1 PARTIAL, 2 ALL
+    mode: int = int(RealKvHashMode.ALL)  # real_kv_hash_mode: 0 NONE, 1 PARTIAL, 2 ALL
     seed: int = 1  # of every token, KV byte and stale value
 
     def __post_init__(self) -> None:
@@ -119,7 +94,7 @@ class EngineConfig:
         check_int("pool_rows", self.pool_rows, 2)
         check_int("context_len", self.context_len, 2)
         check_int("swa_window", self.swa_window, 0)
-        if self.offset not in (0, 1) or self.mode not in (0, 1, 2):
+        if self.offset not in (0, 1) or self.mode not in tuple(RealKvHashMode):
             raise ValueError(f"offset must be 0 or 1 and mode 0, 1 or 2: {self!r}")
 
     @property
@@ -136,7 +111,7 @@ def engine_configs(
     max_context_len: int = 16,
     max_rows: int = 6,
     min_slots: int = 12,
-    modes=(0, 1, 2),
+    modes=tuple(int(m) for m in RealKvHashMode),
 ) -> EngineConfig:
     """Engines of up to ``max_pages`` pages of 1, 2 or 4 slots and ``max_rows`` pool rows of up
     to ``max_context_len`` positions (the defaults run many steps under the interpreter), with
@@ -187,7 +162,7 @@ class Forward:
     ``launch_scatter_req_token_ids_kernel`` but the pool, or None), ``plan`` (the keywords of
     ``launch_canary_plan_kernels`` but the two plans and the expected-token pool), the
     capacities of the two plans, ``write`` (the keywords of ``launch_canary_write_kernel`` but
-    the context and the plan), and the KV every written canary slot gets (``kv_slots``,
+    the context and the plan, the input assert's flag included), and the KV every written canary slot gets (``kv_slots``,
     ``kv_bytes``)."""
 
     kind: str
@@ -207,22 +182,6 @@ class Sweep:
     slots: np.ndarray
     positions: np.ndarray
     prev_slots: np.ndarray
-
-
-@dataclass(frozen=True)
-class Fault:
-    """A fault the engine made: what it is, the KV byte to flip (``flip``: canary slot and
-    byte, or None), and where a report is due: the canary ``slots`` a report must name, or,
-    when the slots are not known yet, the ``entries`` ``(request, position)`` whose next write
-    must be reported (:meth:`Engine.slots_of`). ``bits``: the FailReason bits that report must
-    carry (0: the verify of the entry decides, :meth:`Engine.entry_plan`)."""
-
-    kind: str
-    flip: tuple[int, int] | None
-    slots: frozenset
-    entries: tuple
-    bits: int
-    what: str
 
 
 class Engine:
@@ -276,17 +235,17 @@ class Engine:
         """The canary slot of a full-pool slot: itself, or its SWA slot (0: evicted)."""
         return int(full) if self.lut is None else int(self.lut[full])
 
-    def _window_start(self, prefix: int) -> int:
+    def window_start(self, prefix: int) -> int:
         w = self.config.swa_window
         return max(0, prefix - w) if w else 0
 
-    def _will_run(self, req: _Request) -> bool:
+    def will_run(self, req: _Request) -> bool:
         """Whether the request has a position left to write (a full one only waits to finish)."""
         if req.written >= self.config.context_len:
             return False
-        return self._pending(req) == 1 if req.decoding else self._pending(req) > 0
+        return self.pending(req) == 1 if req.decoding else self.pending(req) > 0
 
-    def _pending(self, req: _Request) -> int:
+    def pending(self, req: _Request) -> int:
         return len(req.tokens) - self.config.offset - req.written
 
     def _alloc_page(self) -> int | None:
@@ -316,9 +275,6 @@ class Engine:
             if self.lut[s]:
                 self.free_swa.append(int(self.lut[s]))
                 self.lut[s] = 0
-
-    def _pick(self, items: list, pick: int) -> Any:
-        return items[pick % len(items)] if items else None
 
     def _kv(self, n: int) -> np.ndarray:
         return self.rng.integers(1, 256, (n, KV_BYTES)).astype(np.uint8)
@@ -362,18 +318,23 @@ class Engine:
         rid: int = req.rid
         return rid
 
+    def cached_full_slots(self, entry: _CacheEntry) -> list[int]:
+        """The full-pool slot of each position a cached prefix holds."""
+        holder = _Request(0, 0, [], [], pages=list(entry.pages))
+        return [self.full_slot(holder, p) for p in range(entry.length)]
+
     def _window_present(self, entry: _CacheEntry, k: int) -> bool:
         if self.lut is None:
             return True
-        req = _Request(0, 0, [], [], pages=list(entry.pages))
-        return all(self.lut[self.full_slot(req, p)] for p in range(self._window_start(k), k))
+        full = self.cached_full_slots(entry)
+        return all(self.lut[full[p]] for p in range(self.window_start(k), k))
 
     def prefill(self, chunk: int) -> Forward | None:
         """An extend batch: each request with unwritten prompt tokens writes up to ``chunk``."""
         rows = [
-            (r, min(chunk, self._pending(r)))
+            (r, min(chunk, self.pending(r)))
             for r in self.running.values()
-            if not r.decoding and self._pending(r) > 0
+            if not r.decoding and self.pending(r) > 0
         ]
         return self._forward("prefill", rows, pad=0)
 
@@ -384,11 +345,52 @@ class Engine:
         rows = [
             (r, 1)
             for r in self.running.values()
-            if r.decoding and self._pending(r) == 1 and r.written < self.config.context_len
+            if r.decoding and self.pending(r) == 1 and r.written < self.config.context_len
         ]
         return self._forward("decode", rows, pad=pad)
 
     def _forward(self, kind: str, rows, pad: int) -> Forward | None:
+        """One forward step of ``kind`` over ``rows``, ``(request, tokens to write)``, and
+        ``pad`` padding rows: the pages allocated, the batch laid out (padding rows anywhere),
+        the launches' arrays made, then the engine moved past the forward."""
+        batch = self._allocate(rows)
+        if not batch:
+            return None
+        self.steps += 1
+        lens = self._batch_rows(kind, batch, pad)
+        written = self._written_tokens(batch)
+        order = self.rng.permutation(len(batch) + pad)  # padding rows stand anywhere in the batch
+        lens = {name: value[order] for name, value in lens.items()}
+        ids, positions, slots, expected = self._in_plan_order(batch, order, written)
+        live = [batch[i][0] for i in order if i < len(batch)]
+        forward = Forward(
+            kind=kind,
+            scatter=self._scatter(live),
+            plan=self._plan_inputs(lens),
+            verify_capacity=self._verify_capacity(lens),
+            write_req_capacity=len(batch) + pad,
+            write=dict(
+                input_ids=ids,
+                positions=positions,
+                out_cache_loc=slots,
+                expected_input_tokens=expected,
+                expected_input_positions=positions.copy(),
+                enable_write_input_assert=True,
+            ),
+            kv_slots=slots.copy(),
+            kv_bytes=self._kv(slots.shape[0]),
+        )
+        self._after_forward(batch)
+        self.log.append(
+            f"{kind}: "
+            + ", ".join(f"request {r.rid} writes {e}" for r, e in batch)
+            + (f", {pad} padding rows" if pad else "")
+        )
+        return forward
+
+    def _allocate(self, rows) -> list[tuple[_Request, int]]:
+        """The rows that run, ``(request, tokens it writes)``, each with the pages it needs
+        allocated; a row past its context or without enough free pages waits."""
         c = self.config
         batch = []
         for req, e in rows:
@@ -401,19 +403,28 @@ class Engine:
                 assert page is not None
                 req.pages.append(page)
             batch.append((req, e))
-        if not batch:
-            return None
-        self.steps += 1
+        return batch
+
+    def _batch_rows(self, kind: str, batch, pad: int) -> dict[str, np.ndarray]:
+        """Each row's pool row and lengths, the batch's rows first and the padding rows after
+        them, with stale lengths (a decode batch's extend lengths are all 1, as SGLang's)."""
         bs = len(batch) + pad
-        req_pool_indices = np.zeros(bs, dtype=np.int64)
-        stale = self.rng.integers(-3, c.context_len + 3, (3, bs)).astype(np.int64)
-        prefix_lens, extend_lens, valid_lens = stale[0], stale[1], stale[2]
-        if kind == "decode":  # SGLang fills every row's extend length of a decode batch with 1
-            extend_lens[:] = 1
-        ids, positions, slots, expected = [], [], [], []
+        rows = np.full(bs, REQ_POOL_IDX_PADDING, dtype=np.int64)
+        stale = self.rng.integers(-3, self.config.context_len + 3, (3, bs)).astype(np.int64)
+        prefix, extend, valid = stale[0], stale[1], stale[2]
+        if kind == "decode":
+            extend[:] = 1
         for i, (req, e) in enumerate(batch):
-            req_pool_indices[i] = req.row
-            prefix_lens[i], extend_lens[i], valid_lens[i] = req.written, e, len(req.tokens)
+            rows[i] = req.row
+            prefix[i], extend[i], valid[i] = req.written, e, len(req.tokens)
+        return {"rows": rows, "prefix": prefix, "extend": extend, "valid": valid}
+
+    def _written_tokens(self, batch) -> list[np.ndarray]:
+        """The token, the token oracle's token, the position and the canary slot of every
+        position the batch writes, request by request; the page table names each slot now."""
+        c = self.config
+        ids, positions, slots, expected = [], [], [], []
+        for req, e in batch:
             for pos in range(req.written, req.written + e):
                 full = self.full_slot(req, pos)
                 self.req_to_token[req.row, pos] = full
@@ -421,84 +432,69 @@ class Engine:
                 expected.append(req.truth[pos + c.offset])
                 positions.append(pos)
                 slots.append(self.canary_slot(full))
-        order = self.rng.permutation(bs)  # padding rows stand anywhere in the batch
-        req_pool_indices, prefix_lens = req_pool_indices[order], prefix_lens[order]
-        extend_lens, valid_lens = extend_lens[order], valid_lens[order]
-        # the write arrays follow the plan's row order
-        chunks = {}
-        start = 0
-        for i, (_req, e) in enumerate(batch):
-            chunks[i] = slice(start, start + e)
-            start += e
-        arrays = [np.asarray(x, dtype=np.int64) for x in (ids, positions, slots, expected)]
-        pick = [np.arange(chunks[i].start, chunks[i].stop) for i in order if i < len(batch)]
+        return [np.asarray(x, dtype=np.int64) for x in (ids, positions, slots, expected)]
+
+    @staticmethod
+    def _in_plan_order(batch, order: np.ndarray, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """The write's arrays in the plan's row order (``order`` of the batch's rows)."""
+        starts = np.cumsum([0] + [e for _, e in batch])
+        pick = [np.arange(starts[i], starts[i + 1]) for i in order if i < len(batch)]
         idx = np.concatenate(pick) if pick else np.zeros(0, np.int64)
-        ids_o, positions_o, slots_o, expected_o = (a[idx] for a in arrays)
-        live_rows = [batch[i][0] for i in order if i < len(batch)]
-        flat = np.concatenate([np.asarray(r.tokens, np.int64) for r in live_rows])
-        lens = np.asarray([len(r.tokens) for r in live_rows], dtype=np.int64)
-        scatter = dict(
-            flat_in=flat,
+        return [a[idx] for a in arrays]
+
+    @staticmethod
+    def _scatter(live: list[_Request]) -> dict:
+        """The scatter of each running row's token snapshot into the expected-token pool."""
+        lens = np.asarray([len(r.tokens) for r in live], dtype=np.int64)
+        return dict(
+            flat_in=np.concatenate([np.asarray(r.tokens, np.int64) for r in live]),
             offsets=np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
-            req_pool_indices=np.asarray([r.row for r in live_rows], dtype=np.int64),
+            req_pool_indices=np.asarray([r.row for r in live], dtype=np.int64),
         )
-        table = self.req_to_token.copy()
-        plan = dict(
-            req_pool_indices=req_pool_indices,
-            prefix_lens=prefix_lens,
-            extend_seq_lens=extend_lens,
-            req_to_token=table,
+
+    def _plan_inputs(self, lens: dict[str, np.ndarray]) -> dict:
+        """The plan kernel's arguments but the plans, their capacity and the pool: SGLang's
+        ``PlanInput``, over copies of the page table and the full-to-SWA table as they are now."""
+        c = self.config
+        return dict(
+            req_pool_indices=lens["rows"],
+            prefix_lens=lens["prefix"],
+            extend_seq_lens=lens["extend"],
+            req_to_token=self.req_to_token.copy(),
             swa_window_size=c.swa_window,
             full_to_swa_index_mapping=None if self.lut is None else self.lut.copy(),
-            req_to_verify_expected_tokens_valid_lens=valid_lens,
+            req_to_verify_expected_tokens_valid_lens=lens["valid"],
             kv_token_id_vs_position_offset=c.offset,
         )
-        starts = np.where(
-            req_pool_indices != 0, np.maximum(prefix_lens - (c.swa_window or 10**9), 0), 0
-        )
-        need = int(np.where(req_pool_indices != 0, prefix_lens - starts, 0).sum())
-        forward = Forward(
-            kind=kind,
-            scatter=scatter,
-            plan=plan,
-            verify_capacity=max(1, need),
-            write_req_capacity=bs,
-            write=dict(
-                input_ids=ids_o,
-                positions=positions_o,
-                out_cache_loc=slots_o,
-                expected_input_tokens=expected_o,
-                expected_input_positions=positions_o.copy(),
-            ),
-            kv_slots=slots_o.copy(),
-            kv_bytes=self._kv(slots_o.shape[0]),
-        )
-        # after the forward: positions written, next tokens sampled, SWA windows slide
+
+    def _verify_capacity(self, lens: dict[str, np.ndarray]) -> int:
+        """The verify plan's capacity: every entry of every running row's window, at least 1."""
+        live = lens["rows"] != REQ_POOL_IDX_PADDING
+        prefix = np.where(live, lens["prefix"], 0)
+        return max(1, int((prefix - window_starts(prefix, self.config.swa_window)).sum()))
+
+    def _after_forward(self, batch) -> None:
+        """After the forward: positions written, next tokens sampled, SWA windows slide."""
+        c = self.config
         self.last_written = []
         for req, e in batch:
             self.last_written += [(req.rid, pos) for pos in range(req.written, req.written + e)]
             req.written += e
-            if self._pending(req) == 0 and len(req.tokens) < c.context_len + c.offset:
+            if self.pending(req) == 0 and len(req.tokens) < c.context_len + c.offset:
                 token = self._fresh(1)[0]
                 req.tokens.append(token)
                 req.truth.append(token)
                 req.decoding = True
             if self.lut is not None:
                 self._evict_slots(
-                    self.full_slot(req, p) for p in range(self._window_start(req.written))
+                    self.full_slot(req, p) for p in range(self.window_start(req.written))
                 )
-        self.log.append(
-            f"{kind}: "
-            + ", ".join(f"request {r.rid} writes {e}" for r, e in batch)
-            + (f", {pad} padding rows" if pad else "")
-        )
-        return forward
 
     def finish(self, pick: int) -> int | None:
         """A request that has sampled a token ends: its page-aligned written prefix is cached,
         its row freed."""
         done = [r for r in sorted(self.running.values(), key=lambda r: r.rid) if r.decoding]
-        req = self._pick(done, pick)
+        req = pick_from(done, pick)
         if req is None:
             return None
         del self.running[req.rid]
@@ -519,7 +515,7 @@ class Engine:
     def retract(self, pick: int) -> int | None:
         """A running request that has written KV is preempted: its KV is freed and it waits
         with its tokens."""
-        req = self._pick(
+        req = pick_from(
             [r for r in sorted(self.running.values(), key=lambda r: r.rid) if r.written], pick
         )
         if req is None:
@@ -562,8 +558,7 @@ class Engine:
         radix sweep; an evicted SWA slot is 0, which verify skips)."""
         slots, positions, prevs = [], [], []
         for entry in self.cache:
-            req = _Request(0, 0, [], [], pages=list(entry.pages))
-            full = [self.full_slot(req, p) for p in range(entry.length)]
+            full = self.cached_full_slots(entry)
             slots += [self.canary_slot(s) for s in full]
             positions += list(range(entry.length))
             prevs += [-1] + [self.canary_slot(s) for s in full[:-1]]
@@ -584,13 +579,6 @@ class Engine:
                 out.add(self.canary_slot(self.full_slot(req, pos)))
         return frozenset(out)
 
-    def entry_plan(self, row: int, pos: int) -> tuple[int, int, int]:
-        """``(slot, prev_slot, position)`` the plan makes of ``req_to_token[row, pos]`` now."""
-        table = self.req_to_token
-        slot = self.canary_slot(table[row, pos])
-        prev = -1 if pos == 0 else self.canary_slot(table[row, pos - 1])
-        return slot, prev, pos
-
     def describe(self) -> str:
         c = self.config
         return (
@@ -598,161 +586,3 @@ class Engine:
             + "; ".join(self.log[-16:])
             + (f" (last 16 of {len(self.log)})" if len(self.log) > 16 else "")
         )
-
-    # -- faults ------------------------------------------------------------------------------
-
-    def _verified_next(self) -> list[tuple[_Request, int]]:
-        """(request, position) of every written position the next forward of its request
-        verifies (inside the window the request will have then)."""
-        out = []
-        for req in sorted(self.running.values(), key=lambda r: r.rid):
-            if not self._will_run(req):
-                continue
-            for pos in range(self._window_start(req.written), req.written):
-                if self.canary_slot(self.full_slot(req, pos)):
-                    out.append((req, pos))
-        return out
-
-    def fault(self, kind: str, pick: int, byte: int = 0) -> Fault | None:
-        """Make a fault of ``kind`` (:data:`FAULT_KINDS`) at the place ``pick`` chooses among
-        those where the next step can see it; None when there is none."""
-        if kind not in FAULT_KINDS:
-            raise ValueError(f"unknown fault {kind!r}")
-        fault: Fault | None = getattr(self, f"_fault_{kind}")(pick, byte % KV_BYTES)
-        if fault is not None:
-            self.log.append(f"FAULT {fault.what}")
-        return fault
-
-    def _kv_fault(self, kind: str, place, byte: int, note: str) -> Fault | None:
-        """A KV byte fault at ``place``, ``(request, position)`` or None (no place)."""
-        if place is None:
-            return None
-        req, pos = place
-        slot = self.canary_slot(self.full_slot(req, pos))
-        what = f"{kind}: byte {byte} of slot {slot} (request {req.rid}, position {pos}{note})"
-        return Fault(kind, (slot, byte), frozenset({slot}), (), _REAL_KV, what)
-
-    def _fault_kv_used(self, pick, byte):
-        return self._kv_fault("kv_used", self._pick(self._verified_next(), pick), byte, "")
-
-    def _fault_kv_post_forward(self, pick, byte):
-        just = set(self.last_written)
-        places = [(r, p) for r, p in self._verified_next() if (r.rid, p) in just]
-        return self._kv_fault("kv_post_forward", self._pick(places, pick), byte, ", just written")
-
-    def _fault_kv_unused_cache(self, pick, byte):
-        places: dict[int, int] = {}  # canary slot -> cached position, slots no request uses
-        for entry in self.cache:
-            holder = _Request(0, 0, [], [], pages=list(entry.pages))
-            for pos in range(entry.length):
-                page = entry.pages[pos // self.config.page_size]
-                slot = self.canary_slot(self.full_slot(holder, pos))
-                if self.req_refs[page] == 0 and slot:
-                    places.setdefault(slot, pos)
-        place = self._pick(sorted(places.items()), pick)
-        if place is None:
-            return None
-        slot, pos = place
-        what = f"kv_unused_cache: byte {byte} of slot {slot} (cached position {pos}, no request uses it)"
-        return Fault("kv_unused_cache", (slot, byte), frozenset({slot}), (), _REAL_KV, what)
-
-    def _table_fault(self, kind: str, full_slots, entries: tuple, what: str) -> Fault:
-        """A fault of the page table or the allocator: reported at one of the canary slots of
-        ``full_slots``, by the verify of ``entries``."""
-        slots = frozenset(self.canary_slot(s) for s in full_slots)
-        return Fault(kind, None, slots, entries, 0, f"{kind}: {what}")
-
-    def _fault_req_to_token(self, pick, byte):
-        places = self._verified_next()
-        place = self._pick(places, pick)
-        if place is None:
-            return None
-        req, pos = place
-        old = int(self.req_to_token[req.row, pos])
-        others = sorted(
-            {
-                self.full_slot(r, p)
-                for r in self.running.values()
-                for p in range(r.written)
-                if r.rid != req.rid
-                and self.full_slot(r, p) != old
-                and self.canary_slot(self.full_slot(r, p))
-            }
-        )
-        new = self._pick(others, pick // max(1, len(places)))
-        if new is None:
-            return None
-        self.req_to_token[req.row, pos] = new
-        what = f"request {req.rid} (row {req.row}) position {pos} names slot {new}, not {old}"
-        return self._table_fault("req_to_token", {new}, ((req.rid, pos),), what)
-
-    def _fault_page_swap(self, pick, byte):
-        p = self.config.page_size
-        pages = []
-        for req, pos in self._verified_next():
-            first = pos - pos % p
-            if (
-                pos == first
-                and first + p <= req.written
-                and first >= self._window_start(req.written)
-            ):
-                pages.append((req, first))
-        pairs = [
-            (a, b)
-            for i, a in enumerate(pages)
-            for b in pages[i + 1 :]
-            if a[0].rid != b[0].rid and self.full_slot(a[0], a[1]) != self.full_slot(b[0], b[1])
-        ]
-        pair = self._pick(pairs, pick)
-        if pair is None:
-            return None
-        (ra, fa), (rb, fb) = pair
-        table = self.req_to_token
-        a = table[ra.row, fa : fa + p].copy()
-        table[ra.row, fa : fa + p] = table[rb.row, fb : fb + p]
-        table[rb.row, fb : fb + p] = a
-        what = (
-            f"request {ra.rid} positions {fa}..{fa + p - 1} and request {rb.rid} positions "
-            f"{fb}..{fb + p - 1} swap pages"
-        )
-        slots = np.concatenate([a, table[ra.row, fa : fa + p]]).tolist()
-        return self._table_fault("page_swap", slots, ((ra.rid, fa), (rb.rid, fb)), what)
-
-    def _fault_freed_while_referenced(self, pick, byte):
-        p = self.config.page_size
-        places = []
-        for req, pos in self._verified_next():
-            page = req.pages[pos // p]
-            if pos % p == 0 and self.req_refs[page] == 1 and self.cache_refs[page] == 0:
-                places.append((req, pos, page))
-        place = self._pick(places, pick)
-        if place is None:
-            return None
-        req, pos, page = place
-        self.req_refs[page] = 0
-        self.free_pages.insert(0, page)  # the next allocation takes it
-        what = f"page {page} (request {req.rid} positions {pos}..{pos + p - 1}) freed while in use"
-        slots = range(page * p, (page + 1) * p)
-        return self._table_fault("freed_while_referenced", slots, ((req.rid, pos),), what)
-
-    def _fault_next_token_swap(self, pick, byte):
-        ready = [
-            r
-            for r in sorted(self.running.values(), key=lambda r: r.rid)
-            if r.decoding and self._pending(r) == 1 and r.written < self.config.context_len
-        ]
-        pairs = [
-            (a, b)
-            for i, a in enumerate(ready)
-            for b in ready[i + 1 :]
-            if a.tokens[-1] != b.tokens[-1]
-        ]
-        pair = self._pick(pairs, pick)
-        if pair is None:
-            return None
-        a, b = pair
-        a.tokens[-1], b.tokens[-1] = b.tokens[-1], a.tokens[-1]
-        return Fault(
-            "next_token_swap", None, frozenset(), ((a.rid, a.written), (b.rid, b.written)), _WRITE_TOKEN,
-            f"next_token_swap: requests {a.rid} and {b.rid} swap their sampled tokens",
-        )  # fmt: skip

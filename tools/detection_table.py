@@ -1,10 +1,10 @@
 """The detection table: which fault classes each ``real_kv_hash_mode`` reports, and when.
 
-For every fault class of :data:`strategies.engine.FAULT_KINDS` and every mode (NONE, PARTIAL,
-ALL), the reference alone (numpy, no implementation) runs :data:`TRIALS` engine histories: a
-short warm-up (``conformance.engine_support.warm_up``), the fault at a place and KV byte drawn
-from the trial's seed, then the settle steps (a fresh request admitted; prefill, decode,
-prefill, decode; the cache sweep). A history is a trial of its own engine: pages of 1, 2 and 4
+For every fault class of :data:`strategies.faults.FAULTS` (its description is the first column)
+and every mode (NONE, PARTIAL, ALL), the reference alone (numpy, no implementation) runs
+:data:`TRIALS` engine histories: a short warm-up (``conformance.engine_support.warm_up``), the
+fault at a place and KV byte drawn from the trial's seed, then the settle steps (a fresh
+request admitted; prefill, decode, prefill, decode; the cache sweep). A history is a trial of its own engine: pages of 1, 2 and 4
 slots, with and without a sliding window and the EAGLE offset. The table says in how many
 trials the fault was reported, after how many steps, and with which reasons::
 
@@ -21,24 +21,18 @@ from pathlib import Path
 
 import numpy as np
 
+import reference
+from conformance.assertions import FAIL_BIT_NAMES
 from conformance.engine_support import OracleRun, inject_and_settle, warm_up
-from strategies.engine import FAULT_KINDS, Engine, EngineConfig
+from reference import RealKvHashMode
+from strategies import faults
+from strategies.engine import KV_BYTES, Engine, EngineConfig
+from strategies.faults import FAULT_KINDS, FAULTS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "DETECTION.md"
-MODES = ("NONE", "PARTIAL", "ALL")
+MODES = tuple(mode.name for mode in RealKvHashMode)
 TRIALS = 24
-BITS = ((1, "CHAIN"), (2, "POSITION"), (4, "REAL_KV"), (8, "WRITE_TOKEN"), (16, "WRITE_POSITION"), (32, "TOKEN"))  # fmt: skip
-
-#: What each class is, for the table's first column.
-WHAT = {
-    "req_to_token": "a page-table entry names another request's slot",
-    "kv_used": "a KV byte of a slot in use changes",
-    "kv_unused_cache": "a KV byte of a cached slot no request uses changes",
-    "kv_post_forward": "a KV byte changes after the write that fingerprinted it",
-    "next_token_swap": "two requests' sampled tokens are swapped",
-    "page_swap": "two requests' page tables name each other's page",
-    "freed_while_referenced": "a page in use is freed and handed to another request",
-}
+BITS = tuple(FAIL_BIT_NAMES.items())
 
 
 def trial_config(kind: str, mode: int, trial: int) -> EngineConfig:
@@ -50,7 +44,7 @@ def trial_config(kind: str, mode: int, trial: int) -> EngineConfig:
         context_len=16,
         swa_window=(0, 5)[trial // 3 % 2],
         offset=(0, 1)[trial // 6 % 2],
-        mode=mode,
+        mode=int(mode),
         seed=1000 * FAULT_KINDS.index(kind) + trial,
     )
 
@@ -66,7 +60,7 @@ def trial(kind: str, mode: int, index: int) -> tuple[int | None, int, list[str]]
     rng = np.random.default_rng(index)
     since = oracle.index
     made = inject_and_settle(
-        engine, oracle, kind, int(rng.integers(0, 2**10)), int(rng.integers(0, 32)),
+        engine, oracle, kind, int(rng.integers(0, 2**10)), int(rng.integers(0, KV_BYTES)),
         oracle.forward_or_sweep,
     )  # fmt: skip
     if made is None:
@@ -74,7 +68,7 @@ def trial(kind: str, mode: int, index: int) -> tuple[int | None, int, list[str]]
     _, problems, first = made
     bits = 0
     for row in oracle.rows(since):
-        bits |= int(row[7])
+        bits |= int(row[reference.ViolationField.FAIL_REASON_BITS])
     return first, bits, problems
 
 
@@ -92,7 +86,7 @@ def serving(kind: str, mode: int, index: int) -> int | None | bool:
     oracle = OracleRun(engine)
     warm_up(engine, oracle.forward_or_sweep)
     rng = np.random.default_rng(10_000 + index)
-    fault = engine.fault(kind, int(rng.integers(0, 2**10)), int(rng.integers(0, 32)))
+    fault = faults.make(engine, kind, int(rng.integers(0, 2**10)), int(rng.integers(0, KV_BYTES)))
     if fault is None:
         return False
     if fault.flip is not None:
@@ -146,15 +140,15 @@ def render() -> tuple[str, list[str]]:
     rows, serving_rows = [], []
     for kind in FAULT_KINDS:
         cells = []
-        for mode in range(3):
+        for mode in RealKvHashMode:
             results = [trial(kind, mode, i) for i in range(TRIALS)]
             for r in results:
                 if r is not None:
                     problems += [f"{kind}, {MODES[mode]}: {p}" for p in r[2]]
             cells.append(cell(results))
-        rows.append(f"| `{kind}`: {WHAT[kind]} | " + " | ".join(cells) + " |")
+        rows.append(f"| `{kind}`: {FAULTS[kind].description} | " + " | ".join(cells) + " |")
         served = [
-            serving_cell([serving(kind, mode, i) for i in range(TRIALS)]) for mode in range(3)
+            serving_cell([serving(kind, mode, i) for i in range(TRIALS)]) for mode in RealKvHashMode
         ]
         serving_rows.append(f"| `{kind}` | " + " | ".join(served) + " |")
     text = (

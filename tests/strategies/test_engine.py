@@ -11,7 +11,10 @@ import pytest
 from hypothesis import given, settings
 
 from conformance.engine_support import OracleRun, warm_up
-from strategies.engine import FAULT_KINDS, Engine, EngineConfig, Forward, engine_configs
+from reference import RealKvHashMode
+from strategies import faults
+from strategies.engine import Engine, EngineConfig, Forward, engine_configs
+from strategies.faults import FAULT_KINDS
 
 OPS = st.lists(
     st.tuples(
@@ -107,10 +110,12 @@ def test_the_same_calls_give_the_same_arrays(config, ops):
 
 @pytest.mark.parametrize("kind", FAULT_KINDS)
 def test_every_fault_has_a_place_after_the_warm_up(kind):
-    config = EngineConfig(page_size=2, num_pages=32, pool_rows=6, context_len=16, mode=2, seed=5)
+    config = EngineConfig(
+        page_size=2, num_pages=32, pool_rows=6, context_len=16, mode=RealKvHashMode.ALL, seed=5
+    )
     engine = Engine(config)
     warm_up(engine, OracleRun(engine).forward_or_sweep)
-    fault = engine.fault(kind, pick=3, byte=7)
+    fault = faults.make(engine, kind, pick=3, byte=7)
     assert fault is not None and fault.kind == kind
     assert fault.slots or fault.entries
 
@@ -118,9 +123,9 @@ def test_every_fault_has_a_place_after_the_warm_up(kind):
 def test_a_fault_without_a_place_is_none():
     engine = Engine(EngineConfig())
     for kind in FAULT_KINDS:
-        assert engine.fault(kind, 0, 0) is None
+        assert faults.make(engine, kind, 0, 0) is None
     with pytest.raises(ValueError, match="unknown fault"):
-        engine.fault("bit_flip", 0, 0)
+        faults.make(engine, "bit_flip", 0, 0)
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from strategies.engine import FAULT_KINDS, KV_FAULTS
+from reference import FailReason, RealKvHashMode
+from strategies.engine import KV_BYTES
+from strategies.faults import FAULT_KINDS, KV_FAULTS, READ_BYTES
 from tools import detection_table as dt
+
+REAL_KV = FailReason.VERIFY_REAL_KV_HASH_MISMATCH
 
 
 @pytest.fixture(scope="module")
@@ -14,7 +18,7 @@ def results():
     return {
         (kind, mode): [dt.trial(kind, mode, i) for i in range(dt.TRIALS)]
         for kind in FAULT_KINDS
-        for mode in range(3)
+        for mode in RealKvHashMode
     }
 
 
@@ -35,26 +39,26 @@ def test_no_history_misses_a_due_report(results):
 
 def test_mode_all_reports_every_fault_outside_a_sliding_window(results):
     for kind in FAULT_KINDS:
-        for i, t in enumerate(results[kind, 2]):
-            if t is not None and not dt.trial_config(kind, 2, i).swa_window:
+        for i, t in enumerate(results[kind, RealKvHashMode.ALL]):
+            if t is not None and not dt.trial_config(kind, RealKvHashMode.ALL, i).swa_window:
                 assert t[0] is not None, (kind, i)
 
 
 def test_a_kv_byte_is_reported_exactly_where_the_mode_reads_it(results):
     for kind in KV_FAULTS:
-        for mode, read in ((0, 0), (1, 16), (2, 32)):
+        for mode, read in READ_BYTES.items():
             for i, t in enumerate(results[kind, mode]):
                 if t is None:
                     continue
                 rng = np.random.default_rng(i)
                 rng.integers(0, 2**10)
-                byte = int(rng.integers(0, 32))
+                byte = int(rng.integers(0, KV_BYTES))
                 assert (t[0] is not None) == (byte < read), (kind, mode, i, byte, t)
-                assert t[1] in (0, 4), (kind, mode, i, t)  # REAL_KV alone
+                assert t[1] in (0, REAL_KV), (kind, mode, i, t)  # REAL_KV alone
 
 
 def test_no_mode_reads_kv_for_the_other_classes(results):
     for kind in set(FAULT_KINDS) - set(KV_FAULTS):
-        for mode in range(3):
+        for mode in RealKvHashMode:
             for t in results[kind, mode]:
-                assert t is None or not t[1] & 4, (kind, mode, t)
+                assert t is None or not t[1] & REAL_KV, (kind, mode, t)

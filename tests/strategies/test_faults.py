@@ -1,0 +1,61 @@
+"""strategies.faults: the fault classes are listed in one place. The registry, the class table of
+CONTRACT §15 and both tables of docs/DETECTION.md name the same classes (the detection table in
+the registry's order, with each class's description), and every class is a whole object."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from strategies.faults import FAULT_KINDS, FAULTS, KV_FAULTS, FaultClass
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def contract_classes() -> list[str]:
+    """The classes the first column of CONTRACT §15's class table names, in its order."""
+    text = (ROOT / "docs" / "CONTRACT.md").read_text()
+    section = text[text.index("## 15. ") :]
+    section = section[: section.index("\n## ", 1)]
+    table = section[section.index("| class | made | reported |") :].split("\n\n")[0]
+    names = []
+    for line in table.splitlines()[2:]:
+        names += re.findall(r"`([a-z_]+)`", line.split("|")[1])
+    return names
+
+
+def detection_rows() -> list[list[tuple[str, str]]]:
+    """``(class, description)`` of each row of each table of docs/DETECTION.md."""
+    tables = []
+    for block in (ROOT / "docs" / "DETECTION.md").read_text().split("| fault |")[1:]:
+        rows = []
+        for line in block.split("\n\n")[0].splitlines()[2:]:
+            m = re.match(r"\| `([a-z_]+)`(?:: ([^|]+))? \|", line)
+            assert m, line
+            rows.append((m.group(1), (m.group(2) or "").strip()))
+        tables.append(rows)
+    return tables
+
+
+def test_the_contract_names_every_class_of_the_registry_and_no_other():
+    assert sorted(contract_classes()) == sorted(FAULT_KINDS)
+
+
+def test_the_detection_table_has_a_row_per_class_in_the_registrys_order():
+    first, serving = detection_rows()
+    assert [name for name, _ in first] == list(FAULT_KINDS)
+    assert [name for name, _ in serving] == list(FAULT_KINDS)
+    assert [text for _, text in first] == [FAULTS[k].description for k in FAULT_KINDS]
+
+
+@pytest.mark.parametrize("kind", FAULT_KINDS)
+def test_every_class_is_one_whole_object(kind):
+    cls = FAULTS[kind]
+    assert isinstance(cls, FaultClass) and cls.name == kind
+    assert cls.description and "\n" not in cls.description
+    assert cls.__doc__, "a class says what it is and what it predicts"
+    for method in ("make", "due"):
+        assert getattr(type(cls), method) is not getattr(FaultClass, method), method
+    assert cls.changes_kv == (kind in KV_FAULTS)
