@@ -224,3 +224,16 @@ def test_words_are_matched_as_whole_tokens(message, word, named):
     from conformance.launches import names
 
     assert names(message, word) is named
+
+
+def test_the_driver_compares_every_field_of_the_oracles_plans():
+    """conformance/driver.py's PLAN_FIELDS are the reference's plan fields, in its order: a plan
+    field added to the contract (CONTRIBUTING's recipe) is compared after every launch."""
+    import dataclasses
+
+    import reference
+    from conformance import driver
+
+    want = [("verify", f.name) for f in dataclasses.fields(reference.VerifyPlan)]
+    want += [("write", f.name) for f in dataclasses.fields(reference.WritePlan)]
+    assert list(driver.PLAN_FIELDS) == want
