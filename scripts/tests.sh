@@ -40,7 +40,7 @@ mark "lint: ruff, mypy, actionlint, zizmor"
 mark "the compile check"
 "$py" -W ignore::UserWarning -m tools.compile_check --target cuda:90 --target hip:gfx942
 mark "the known-bad gate"
-"$py" -m strength.gate --jobs 2 --json "$work/gate.json"
+"$py" -m strength.gate --jobs 2 --stop-at-kill --json "$work/gate.json"
 mark "waiting for the SGLang leg"
 status=0
 wait "$sglang" || status=$?

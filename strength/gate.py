@@ -18,7 +18,11 @@ instead). The project's own modules are imported afresh in every run, so each ru
 fresh process would be. The ``mutation`` profile is the derandomized ``ci`` profile without
 shrinking: the same examples, and a failure reported as first found. There is no ``-x``:
 every test runs, and ``strength.gate_record`` records every failing test with the kind of
-its failure (``assertion``, ``crash``, ``health-check``, ``flaky``). A run:
+its failure (``assertion``, ``crash``, ``health-check``, ``flaky``). With ``--stop-at-kill``
+(``scripts/tests.sh``) a mutant's run ends at the first failed property of a test its entry
+lists, the kill being settled then: what ran before it is recorded and judged as always (a
+crash before the kill is still an error), the rest of its tests do not run. The nightly gate
+runs every test. A run:
 
 - *passes*: exit 0, nothing failed;
 - is *killed*: every failure is a failed property, i.e. an assertion (``AssertionError``,
@@ -202,15 +206,18 @@ def pytest_command(
     *,
     record: str | os.PathLike | None = None,
     selection: Sequence[str] | None = None,
+    stop_at: Sequence[str] = (),
 ) -> list[str]:
     """The suite run on ``module`` (``selection``, by default every module; no ``-x``), failures
-    recorded in ``record``."""
+    recorded in ``record``; ``stop_at``: the listed tests whose first failed property ends it."""
     paths = suite_paths() if selection is None else list(selection)
     command = [sys.executable, "-m", "pytest", *paths]
     command += ["-q", "-p", "no:cacheprovider", "--hypothesis-profile", PROFILE]
     command += ["-p", "strength.gate_record"]
     if record is not None:
         command += ["--gate-record", str(record)]
+        for pattern in stop_at:
+            command += ["--gate-stop-at-kill", pattern]
     # -rfE puts one "FAILED <node id> - <message>" line per failure in the summary
     command += ["-rfE", "--canary-impl", module]
     if device:
@@ -329,9 +336,10 @@ def run_target(
     properties_only: bool = False,
     whole_suite: bool = False,
     socket: str | None = None,
+    stop_at_kill: bool = False,
 ) -> Result:
     """Run the suite on ``target.module`` in a subprocess (a fork of the server at ``socket``,
-    if given) and classify the run."""
+    if given) and classify the run; ``stop_at_kill``: a mutant's run ends at its kill."""
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kv-canary-gate-") as folder:
         record_path = Path(folder) / "record.json"
@@ -342,6 +350,7 @@ def run_target(
             selection=target_selection(
                 target, whole_suite=whole_suite, properties_only=properties_only
             ),
+            stop_at=target.dies_in if stop_at_kill and target.expected != PASSES else (),
         )
         if socket is not None:
             command = via_fork_server(command, socket, timeout_s)
@@ -489,6 +498,12 @@ def _parser() -> argparse.ArgumentParser:
         help="run the whole suite on every mutant, not only the tour and its listed tests",
     )
     parser.add_argument(
+        "--stop-at-kill",
+        action="store_true",
+        help="end a mutant's run at the first failed property of a test its entry lists (its "
+        "kill), not after every test",
+    )
+    parser.add_argument(
         "--no-fork-server",
         action="store_true",
         help="start every suite run as a fresh Python, not as a fork of one preloaded server",
@@ -558,6 +573,7 @@ def main(
                 properties_only=args.properties_only,
                 whole_suite=args.whole_suite,
                 socket=socket,
+                stop_at_kill=args.stop_at_kill,
             )
 
     def progress(result: Result) -> None:

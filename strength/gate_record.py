@@ -21,8 +21,10 @@ writes PATH as JSON: ``{"exit_status", "tests": {"passed": N, ...}, "failures": 
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import sys
+from collections.abc import Sequence
 
 import pytest
 
@@ -96,12 +98,20 @@ def describe(error: BaseException) -> dict:
     }
 
 
+def test_name(nodeid: str) -> str:
+    """``module.py::test_function`` of a node id: without its folder and parameters."""
+    return nodeid.split("[", 1)[0].rsplit("/", 1)[-1]
+
+
 class GateRecorder:
-    def __init__(self, path: str, config: pytest.Config) -> None:
+    def __init__(self, path: str, config: pytest.Config, stop_at: Sequence[str] = ()) -> None:
         self.path = path
         self.config = config
         self.failures: list[dict] = []
         self.collection_errors: list[dict] = []
+        # --gate-stop-at-kill: the listed tests (fnmatch patterns of test_name) whose first
+        # failed property ends the run, the mutant killed (strength/gate.py --stop-at-kill)
+        self.stop_at = tuple(stop_at)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
@@ -116,6 +126,11 @@ class GateRecorder:
         if call.when != "call":
             facts["kind"] = CRASH
         self.failures.append({"nodeid": report.nodeid, "when": call.when, **facts})
+        if facts["kind"] in PROPERTY_FAILURES and any(
+            fnmatch.fnmatchcase(test_name(report.nodeid), pattern) for pattern in self.stop_at
+        ):
+            # as -x does: the run ends as failed (exit 1), not as interrupted
+            item.session.shouldfail = f"killed by a listed test, {report.nodeid}"
 
     def pytest_collectreport(self, report) -> None:
         if report.failed:
@@ -139,15 +154,25 @@ class GateRecorder:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.getgroup("canary").addoption(
+    group = parser.getgroup("canary")
+    group.addoption(
         "--gate-record",
         default=None,
         metavar="PATH",
         help="write every failing test and the kind of its failure to PATH (JSON)",
+    )
+    group.addoption(
+        "--gate-stop-at-kill",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="end the run once a test matching PATTERN (module.py::test_name, fnmatch) fails a "
+        "property: the mutant is killed, and the tests after it do not run",
     )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("--gate-record")
     if path:
-        config.pluginmanager.register(GateRecorder(path, config), "canary-gate-record")
+        stop_at = config.getoption("--gate-stop-at-kill")
+        config.pluginmanager.register(GateRecorder(path, config, stop_at), "canary-gate-record")

@@ -557,6 +557,36 @@ def test_recorder_writes_each_failing_test_with_its_kind(tmp_path):
     }
 
 
+def test_the_recorder_stops_at_the_first_failed_property_of_a_listed_test(tmp_path):
+    """--gate-stop-at-kill: the run ends as failed (exit 1) after the first failed property of a
+    listed test; what failed before it is recorded, nothing after it runs."""
+    (tmp_path / "test_recorded.py").write_text(RECORDED_TESTS)
+    out = tmp_path / "record.json"
+    completed = subprocess.run(
+        [sys.executable, "-m", "pytest", "test_recorded.py", "-q", "-p", "no:cacheprovider",
+         "-p", "conformance.plugin", "-p", "strength.gate_record", "--gate-record", str(out),
+         "--canary-device", "cpu", "--gate-stop-at-kill", "test_recorded.py::test_f*",
+         "--gate-stop-at-kill", "test_recorded.py::test_crash"],
+        cwd=tmp_path, env=gate.child_environment(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert completed.returncode == 1, completed.stdout + completed.stderr
+    record = json.loads(out.read_text())
+    assert [f["nodeid"].split("::")[1] for f in record["failures"]] == [
+        "test_assertion",
+        "test_fail",
+    ]
+    assert record["tests"] == {"failed": 2}
+    command = gate.pytest_command("m", record="/r.json", stop_at=("a.py::t", "b.py::u*"))
+    at = command.index("--gate-stop-at-kill")
+    assert command[at : at + 4] == [
+        "--gate-stop-at-kill",
+        "a.py::t",
+        "--gate-stop-at-kill",
+        "b.py::u*",
+    ]
+    assert "--gate-stop-at-kill" not in gate.pytest_command("m", record="/r.json")
+
+
 def test_a_crash_only_mutant_is_an_error_and_a_real_bug_a_kill(monkeypatch):
     """The suite fails on both: a module whose patch broke it (NameError) is an error, a real
     hashing bug is a kill, though both fail the same listed tests."""
