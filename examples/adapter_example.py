@@ -33,16 +33,19 @@ VerifyPlan = _engine.VerifyPlan
 WritePlan = _engine.WritePlan
 
 
-def _engine_hash_slots(sources, slots, mode_name: str) -> torch.Tensor:
-    """Stands in for an engine call with another signature: mode by name, uint64 result."""
-    signed = _engine.fingerprint(sources, slots, mode=RealKvHashMode[mode_name])
+def _engine_hash_slots(sources, slots, mode) -> torch.Tensor:
+    """Stands in for an engine call with another result type: unsigned (uint64) hashes."""
+    signed = _engine.fingerprint(sources, slots, mode=mode)
     return signed.view(torch.uint64) if hasattr(torch, "uint64") else signed
 
 
 def fingerprint(sources, slot_indices, *, mode=RealKvHashMode.ALL) -> torch.Tensor:
-    """The contract's fingerprint: int64 hashes (the u64 bit patterns) on the slots' device."""
-    mode = RealKvHashMode(int(mode))  # ValueError for an unknown mode, like the contract
-    hashes = _engine_hash_slots(sources, slot_indices, mode.name)
+    """The contract's fingerprint: int64 hashes (the u64 bit patterns) on the slots' device.
+
+    The mode goes to the engine as given: an adapter translates spelling only, and converting
+    it here (``RealKvHashMode(int(mode))``) would take ``2.0`` or another enum's member, which
+    the contract refuses (CONTRACT §11), and refuse ``7`` without the contract's error."""
+    hashes = _engine_hash_slots(sources, slot_indices, mode)
     return hashes.view(torch.int64)  # same bits; the contract stores hashes as signed int64
 
 
