@@ -6,6 +6,7 @@ CUDA/ROCm tensors run compiled Triton; CPU tensors run the same kernels in Trito
 interpreter (see ``canary._runtime``).
 """
 
+from .buffers import VerifyOrWriteContext, VerifyPlan, WritePlan
 from .constants import (
     CANARY_CHAIN_ANCHOR,
     CANARY_FIELD_POSITION,
@@ -32,7 +33,6 @@ from .constants import (
 )
 from .launch import launch_canary_verify_kernel, launch_canary_write_kernel
 from .plan import launch_canary_plan_kernels
-from .plans import VerifyOrWriteContext, VerifyPlan, WritePlan
 from .real_kv_hash import fingerprint
 from .scatter import launch_scatter_req_token_ids_kernel
 from .source import RealKvSource

@@ -13,8 +13,8 @@ import torch
 import triton
 
 from ._runtime import launch_kernel
+from .buffers import VerifyOrWriteContext, VerifyPlan, WritePlan
 from .constants import CANARY_SLOT_BYTES, VIOLATION_FIELDS, CanaryLaunchTag, RealKvHashMode
-from .plans import VerifyOrWriteContext, VerifyPlan, WritePlan
 from .real_kv_hash import (
     FOLD_NUM_WARPS,
     as_mode,

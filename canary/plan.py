@@ -11,13 +11,14 @@ batch: prefix sums, write offsets, seeds, the verify total, overflow) and
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import triton
 
 from ._runtime import launch_kernel
+from .buffers import VerifyPlan, WritePlan
 from .constants import REQ_POOL_IDX_PADDING
-from .plans import VerifyPlan, WritePlan
 from .source import is_int
 
 # SGLang's _PLAN_BS_BLOCK_SIZE: the most rows one launch plans (P4)
@@ -96,6 +97,23 @@ class CheckedPlan:
     token_offset: int  # kv_token_id_vs_position_offset, clamped (same reads)
 
 
+class _Arguments(NamedTuple):
+    """A plan launch's arguments, as the checks read them (the optional tensors by short name)."""
+
+    verify_plan_out: VerifyPlan
+    write_plan_out: WritePlan
+    req_pool_indices: torch.Tensor
+    prefix_lens: torch.Tensor
+    extend_seq_lens: torch.Tensor
+    req_to_token: torch.Tensor
+    swa_window_size: int
+    lut: torch.Tensor | None  # full_to_swa_index_mapping
+    verify_capacity: int
+    pool: torch.Tensor | None  # req_to_verify_expected_tokens
+    valid_lens: torch.Tensor | None  # req_to_verify_expected_tokens_valid_lens
+    kv_token_id_vs_position_offset: int
+
+
 def check_plan_launch(
     verify_plan_out: VerifyPlan,
     write_plan_out: WritePlan,
@@ -111,11 +129,42 @@ def check_plan_launch(
     kv_token_id_vs_position_offset: int,
 ) -> CheckedPlan:
     """Every rule of CONTRACT §12, P1 to P13 in order; raises the first that is broken."""
-    lut = full_to_swa_index_mapping
-    pool = req_to_verify_expected_tokens
-    valid_lens = req_to_verify_expected_tokens_valid_lens
+    a = _Arguments(
+        verify_plan_out,
+        write_plan_out,
+        req_pool_indices,
+        prefix_lens,
+        extend_seq_lens,
+        req_to_token,
+        swa_window_size,
+        full_to_swa_index_mapping,
+        verify_capacity,
+        req_to_verify_expected_tokens,
+        req_to_verify_expected_tokens_valid_lens,
+        kv_token_id_vs_position_offset,
+    )
+    _check_kinds(a)
+    # numpy integers are valid values, but their arithmetic wraps at their own width
+    window, capacity = int(swa_window_size), int(verify_capacity)
+    token_offset = int(kv_token_id_vs_position_offset)
+    _check_sizes(a, window, capacity)
+    _check_contiguous(a)
+    # P8
+    if window < 0:
+        raise ValueError(f"kv-canary: swa_window_size must be >= 0, got {swa_window_size}")
+    device, cap, write_cap, bs = _check_dtypes_shapes_devices(a)
+    window, total = _check_rows(a, window)
+    # An offset that puts every position below 0 or at/after the pool's row length (so past
+    # every valid length, P12) reads nothing; clamped, it stays so, and fits in int32.
+    row_len = req_to_token.shape[1]
+    pool_len = a.pool.shape[1] if a.pool is not None else 0
+    token_offset = max(-row_len, min(token_offset, pool_len))
+    return CheckedPlan(device, bs, cap, write_cap, total, window, token_offset)
 
-    # P1: kinds, in the order of the arguments
+
+def _check_kinds(a: _Arguments) -> None:
+    """P1: kinds, in the order of the arguments."""
+    verify_plan_out, write_plan_out = a.verify_plan_out, a.write_plan_out
     if not isinstance(verify_plan_out, VerifyPlan):
         raise TypeError(
             f"kv-canary: verify_plan_out must be a VerifyPlan, got {type(verify_plan_out).__name__}"
@@ -128,65 +177,73 @@ def check_plan_launch(
         )
     for field in _WRITE_FIELDS:
         _refuse_non_tensor(f"write_plan_out.{field}", getattr(write_plan_out, field))
-    _refuse_non_tensor("req_pool_indices", req_pool_indices)
-    _refuse_non_tensor("prefix_lens", prefix_lens)
-    _refuse_non_tensor("extend_seq_lens", extend_seq_lens)
-    _refuse_non_tensor("req_to_token", req_to_token)
-    _refuse_non_int("swa_window_size", swa_window_size)
-    _refuse_non_tensor("full_to_swa_index_mapping", lut, optional=True)
-    _refuse_non_int("verify_capacity", verify_capacity)
-    _refuse_non_tensor("req_to_verify_expected_tokens", pool, optional=True)
-    _refuse_non_tensor("req_to_verify_expected_tokens_valid_lens", valid_lens, optional=True)
-    _refuse_non_int("kv_token_id_vs_position_offset", kv_token_id_vs_position_offset)
-    # numpy integers are valid values, but their arithmetic wraps at their own width
-    window, capacity = int(swa_window_size), int(verify_capacity)
-    token_offset = int(kv_token_id_vs_position_offset)
+    _refuse_non_tensor("req_pool_indices", a.req_pool_indices)
+    _refuse_non_tensor("prefix_lens", a.prefix_lens)
+    _refuse_non_tensor("extend_seq_lens", a.extend_seq_lens)
+    _refuse_non_tensor("req_to_token", a.req_to_token)
+    _refuse_non_int("swa_window_size", a.swa_window_size)
+    _refuse_non_tensor("full_to_swa_index_mapping", a.lut, optional=True)
+    _refuse_non_int("verify_capacity", a.verify_capacity)
+    _refuse_non_tensor("req_to_verify_expected_tokens", a.pool, optional=True)
+    _refuse_non_tensor("req_to_verify_expected_tokens_valid_lens", a.valid_lens, optional=True)
+    _refuse_non_int("kv_token_id_vs_position_offset", a.kv_token_id_vs_position_offset)
 
-    # P2, P3
-    if window > 0 and lut is None:
+
+def _check_sizes(a: _Arguments, window: int, capacity: int) -> None:
+    """P2 and P3 (the tensors a setting requires), P4 to P6 (the batch fits the launch and the
+    plans); a tensor without a first dimension has no length here and is refused by P9."""
+    if window > 0 and a.lut is None:
         raise ValueError(
             f"kv-canary: {_NAME} requires full_to_swa_index_mapping when swa_window_size > 0"
         )
-    if pool is not None and valid_lens is None:
+    if a.pool is not None and a.valid_lens is None:
         raise ValueError(
             f"kv-canary: {_NAME} requires req_to_verify_expected_tokens_valid_lens when "
             "req_to_verify_expected_tokens is set"
         )
-    # P4 to P6; a tensor without a first dimension has no length here and is refused by P9
+    req_pool_indices = a.req_pool_indices
     bs = req_pool_indices.shape[0] if req_pool_indices.ndim else None
     if bs is not None and bs > PLAN_BS_BLOCK_SIZE:
         raise ValueError(
             f"kv-canary: {_NAME} supports at most bs={PLAN_BS_BLOCK_SIZE} reqs per launch, "
             f"got bs={bs}. Bump _PLAN_BS_BLOCK_SIZE if real workloads need this."
         )
-    slots = verify_plan_out.verify_slot_indices
+    slots = a.verify_plan_out.verify_slot_indices
     if slots.ndim and capacity != slots.shape[0]:
         raise ValueError(
-            f"kv-canary: {_NAME} verify_capacity={verify_capacity} does not match "
+            f"kv-canary: {_NAME} verify_capacity={a.verify_capacity} does not match "
             f"verify_plan_out.verify_slot_indices.shape[0]={slots.shape[0]}"
         )
-    seeds = write_plan_out.write_seed_slot_indices
+    seeds = a.write_plan_out.write_seed_slot_indices
     if bs is not None and seeds.ndim and bs > seeds.shape[0]:
         raise ValueError(f"kv-canary: bs={bs} exceeds write_req_capacity={seeds.shape[0]}")
-    # P7
+
+
+def _check_contiguous(a: _Arguments) -> None:
+    """P7: every tensor given is contiguous, in the order of the arguments."""
+    verify_plan_out, write_plan_out = a.verify_plan_out, a.write_plan_out
     tensors = [(f"verify_plan_out.{f}", getattr(verify_plan_out, f)) for f in _VERIFY_FIELDS]
     tensors += [(f"write_plan_out.{f}", getattr(write_plan_out, f)) for f in _WRITE_FIELDS]
     tensors += [
-        ("req_pool_indices", req_pool_indices),
-        ("prefix_lens", prefix_lens),
-        ("extend_seq_lens", extend_seq_lens),
-        ("req_to_token", req_to_token),
-        ("full_to_swa_index_mapping", lut),
-        ("req_to_verify_expected_tokens", pool),
-        ("req_to_verify_expected_tokens_valid_lens", valid_lens),
+        ("req_pool_indices", a.req_pool_indices),
+        ("prefix_lens", a.prefix_lens),
+        ("extend_seq_lens", a.extend_seq_lens),
+        ("req_to_token", a.req_to_token),
+        ("full_to_swa_index_mapping", a.lut),
+        ("req_to_verify_expected_tokens", a.pool),
+        ("req_to_verify_expected_tokens_valid_lens", a.valid_lens),
     ]
     for name, tensor in tensors:
         if tensor is not None and not tensor.is_contiguous():
             raise ValueError(f"kv-canary: {name} must be contiguous")
-    # P8
-    if window < 0:
-        raise ValueError(f"kv-canary: swa_window_size must be >= 0, got {swa_window_size}")
-    # P9
+
+
+def _check_dtypes_shapes_devices(a: _Arguments) -> tuple[torch.device, int, int, int]:
+    """P9: every tensor's dtype, shape and device; returns the device, both capacities and
+    the batch size."""
+    verify_plan_out, write_plan_out = a.verify_plan_out, a.write_plan_out
+    slots = verify_plan_out.verify_slot_indices
+    seeds = write_plan_out.write_seed_slot_indices
     device = slots.device
     i64, i32 = torch.int64, torch.int32
     _check_kind("verify_plan_out.verify_slot_indices", slots, i64, (None,), device)
@@ -210,22 +267,27 @@ def check_plan_launch(
         (1,),
         device,
     )
-    _check_kind("req_pool_indices", req_pool_indices, i64, (None,), device)
-    bs = req_pool_indices.shape[0]
-    _check_kind("prefix_lens", prefix_lens, i64, (bs,), device)
-    _check_kind("extend_seq_lens", extend_seq_lens, i64, (bs,), device)
-    _check_kind("req_to_token", req_to_token, i32, (None, None), device)
-    if lut is not None:
-        _check_kind("full_to_swa_index_mapping", lut, i64, (None,), device)
-    if pool is not None:
-        _check_kind("req_to_verify_expected_tokens", pool, i32, (None, None), device)
-    if valid_lens is not None:
-        _check_kind("req_to_verify_expected_tokens_valid_lens", valid_lens, i64, (bs,), device)
+    _check_kind("req_pool_indices", a.req_pool_indices, i64, (None,), device)
+    bs = a.req_pool_indices.shape[0]
+    _check_kind("prefix_lens", a.prefix_lens, i64, (bs,), device)
+    _check_kind("extend_seq_lens", a.extend_seq_lens, i64, (bs,), device)
+    _check_kind("req_to_token", a.req_to_token, i32, (None, None), device)
+    if a.lut is not None:
+        _check_kind("full_to_swa_index_mapping", a.lut, i64, (None,), device)
+    if a.pool is not None:
+        _check_kind("req_to_verify_expected_tokens", a.pool, i32, (None, None), device)
+    if a.valid_lens is not None:
+        _check_kind("req_to_verify_expected_tokens_valid_lens", a.valid_lens, i64, (bs,), device)
+    return device, cap, write_cap, bs
 
-    # P10 to P13: values of the rows that are not padding
+
+def _check_rows(a: _Arguments, window: int) -> tuple[int, int]:
+    """P10 to P13: values of the rows that are not padding. Returns the window, clamped to the
+    row length (the same windows), and the verify entries of all rows."""
+    req_to_token, pool, valid_lens, lut = a.req_to_token, a.pool, a.valid_lens, a.lut
     table_rows, row_len = req_to_token.shape
     pool_rows, pool_len = pool.shape if pool is not None else (0, 0)
-    pool_row = req_pool_indices.cpu()
+    pool_row = a.req_pool_indices.cpu()
     real = pool_row != REQ_POOL_IDX_PADDING
     outside_table = real & ((pool_row < 0) | (pool_row >= table_rows))
     outside_pool = real & (pool_row >= pool_rows) if pool is not None else outside_table
@@ -240,7 +302,7 @@ def check_plan_launch(
             f"kv-canary: req_pool_indices[{r}] = {int(pool_row[r])} is not a row of {table} "
             f"({rows} rows)"
         )
-    prefix = prefix_lens.cpu()
+    prefix = a.prefix_lens.cpu()
     r = _first(real & (prefix > row_len))
     if r is not None:
         raise ValueError(
@@ -262,10 +324,7 @@ def check_plan_launch(
     total = int((prefix - first).sum())
     if lut is not None:
         _check_translated_slots(req_to_token, lut, pool_row, first, prefix)
-    # An offset that puts every position below 0 or at/after the pool's row length (so past
-    # every valid length, P12) reads nothing; clamped, it stays so, and fits in int32.
-    token_offset = max(-row_len, min(token_offset, pool_len))
-    return CheckedPlan(device, bs, cap, write_cap, total, window, token_offset)
+    return window, total
 
 
 def _check_translated_slots(

@@ -142,39 +142,22 @@ def plan_launch(
         req_to_verify_expected_tokens,
         req_to_verify_expected_tokens_valid_lens,
     )
-    # --- P1: the kind of each argument, in the order of the signature
-    if not isinstance(verify_plan_out, VerifyPlan):
-        raise TypeError(
-            f"kv-canary: verify_plan_out must be a VerifyPlan, got {type(verify_plan_out).__name__}"
-        )
-    if not isinstance(write_plan_out, WritePlan):
-        raise TypeError(
-            f"kv-canary: write_plan_out must be a WritePlan, got {type(write_plan_out).__name__}"
-        )
-    tensors: dict[str, object] = {}
-    tensors.update({f"verify_plan_out.{f}": getattr(verify_plan_out, f) for f in _VERIFY_FIELDS})
-    tensors.update({f"write_plan_out.{f}": getattr(write_plan_out, f) for f in _WRITE_FIELDS})
-    arguments: list[tuple[str, object, bool]] = [  # (name, value, may be None)
-        *((name, value, False) for name, value in tensors.items()),
-        ("req_pool_indices", req_pool_indices, False),
-        ("prefix_lens", prefix_lens, False),
-        ("extend_seq_lens", extend_seq_lens, False),
-        ("req_to_token", req_to_token, False),
-        ("swa_window_size", swa_window_size, False),
-        ("full_to_swa_index_mapping", table, True),
-        ("verify_capacity", verify_capacity, False),
-        ("req_to_verify_expected_tokens", pool, True),
-        ("req_to_verify_expected_tokens_valid_lens", valid_lens, True),
-        ("kv_token_id_vs_position_offset", kv_token_id_vs_position_offset, False),
-    ]
-    integers = ("swa_window_size", "verify_capacity", "kv_token_id_vs_position_offset")
-    for name, value, optional in arguments:
-        if name in integers:
-            if not is_int(value):
-                raise TypeError(f"kv-canary: {name} must be an int, got {type(value).__name__}")
-        elif not (isinstance(value, torch.Tensor) or (optional and value is None)):
-            what = "a torch.Tensor or None" if optional else "a torch.Tensor"
-            raise TypeError(f"kv-canary: {name} must be {what}, got {type(value).__name__}")
+    arguments = _check_kinds(
+        verify_plan_out,
+        write_plan_out,
+        [
+            ("req_pool_indices", req_pool_indices, False),
+            ("prefix_lens", prefix_lens, False),
+            ("extend_seq_lens", extend_seq_lens, False),
+            ("req_to_token", req_to_token, False),
+            ("swa_window_size", swa_window_size, False),
+            ("full_to_swa_index_mapping", table, True),
+            ("verify_capacity", verify_capacity, False),
+            ("req_to_verify_expected_tokens", pool, True),
+            ("req_to_verify_expected_tokens_valid_lens", valid_lens, True),
+            ("kv_token_id_vs_position_offset", kv_token_id_vs_position_offset, False),
+        ],
+    )
     window, capacity, offset = (
         int(swa_window_size),
         int(verify_capacity),
@@ -191,8 +174,64 @@ def plan_launch(
             f"kv-canary: {_NAME} requires req_to_verify_expected_tokens_valid_lens when "
             f"req_to_verify_expected_tokens is set"
         )
+    bs, write_capacity = _check_sizes(verify_plan_out, write_plan_out, req_pool_indices, capacity)
 
-    # --- P4 to P6: the batch fits the launch and the plans
+    # --- P7: contiguity, every tensor in the order of the signature
+    given = [(name, value) for name, value, _ in arguments if isinstance(value, torch.Tensor)]
+    for name, value in given:
+        if not value.is_contiguous():
+            raise ValueError(f"kv-canary: {name} must be contiguous")
+
+    # --- P8
+    if window < 0:
+        raise ValueError(f"kv-canary: swa_window_size must be >= 0, got {window}")
+
+    _check_dtypes(given, verify_plan_out.verify_slot_indices.device, capacity, write_capacity, bs)
+    assert bs is not None  # req_pool_indices passed P9: it is 1-D
+    real = req_pool_indices != REQ_POOL_IDX_PADDING
+    _check_rows(real, req_pool_indices, prefix_lens, req_to_token, pool, valid_lens)
+    batch = _batch(
+        real, req_pool_indices, prefix_lens, req_to_token, window, table, pool, valid_lens, offset
+    )
+    return _plans(batch, real, extend_seq_lens, capacity, verify_plan_out, write_plan_out)
+
+
+def _check_kinds(
+    verify_plan_out, write_plan_out, inputs: list[tuple[str, object, bool]]
+) -> list[tuple[str, object, bool]]:
+    """P1: the kind of each argument, in the order of the signature. ``inputs`` are the
+    arguments after the plans, as ``(name, value, may be None)``; returns every argument so."""
+    if not isinstance(verify_plan_out, VerifyPlan):
+        raise TypeError(
+            f"kv-canary: verify_plan_out must be a VerifyPlan, got {type(verify_plan_out).__name__}"
+        )
+    if not isinstance(write_plan_out, WritePlan):
+        raise TypeError(
+            f"kv-canary: write_plan_out must be a WritePlan, got {type(write_plan_out).__name__}"
+        )
+    tensors: dict[str, object] = {}
+    tensors.update({f"verify_plan_out.{f}": getattr(verify_plan_out, f) for f in _VERIFY_FIELDS})
+    tensors.update({f"write_plan_out.{f}": getattr(write_plan_out, f) for f in _WRITE_FIELDS})
+    arguments: list[tuple[str, object, bool]] = [  # (name, value, may be None)
+        *((name, value, False) for name, value in tensors.items()),
+        *inputs,
+    ]
+    integers = ("swa_window_size", "verify_capacity", "kv_token_id_vs_position_offset")
+    for name, value, optional in arguments:
+        if name in integers:
+            if not is_int(value):
+                raise TypeError(f"kv-canary: {name} must be an int, got {type(value).__name__}")
+        elif not (isinstance(value, torch.Tensor) or (optional and value is None)):
+            what = "a torch.Tensor or None" if optional else "a torch.Tensor"
+            raise TypeError(f"kv-canary: {name} must be {what}, got {type(value).__name__}")
+    return arguments
+
+
+def _check_sizes(
+    verify_plan_out, write_plan_out, req_pool_indices, capacity: int
+) -> tuple[int | None, int | None]:
+    """P4 to P6: the batch fits the launch and the plans. Returns the batch size and the write
+    plan's capacity (None where a tensor has no first dimension: P9 refuses it)."""
     bs = _length(req_pool_indices)
     if bs is not None and bs > PLAN_MAX_REQS:
         raise ValueError(
@@ -208,19 +247,17 @@ def plan_launch(
     write_capacity = _length(write_plan_out.write_seed_slot_indices)
     if bs is not None and write_capacity is not None and bs > write_capacity:
         raise ValueError(f"kv-canary: bs={bs} exceeds write_req_capacity={write_capacity}")
+    return bs, write_capacity
 
-    # --- P7: contiguity, every tensor in the order of the signature
-    given = [(name, value) for name, value, _ in arguments if isinstance(value, torch.Tensor)]
-    for name, value in given:
-        if not value.is_contiguous():
-            raise ValueError(f"kv-canary: {name} must be contiguous")
 
-    # --- P8
-    if window < 0:
-        raise ValueError(f"kv-canary: swa_window_size must be >= 0, got {window}")
-
-    # --- P9: dtype, shape and device of each tensor
-    device = verify_plan_out.verify_slot_indices.device
+def _check_dtypes(
+    given: list[tuple[str, torch.Tensor]],
+    device: torch.device,
+    capacity: int,
+    write_capacity: int | None,
+    bs: int | None,
+) -> None:
+    """P9: dtype, shape and device of each tensor given."""
     i64, i32 = torch.int64, torch.int32
     shapes: dict[str, tuple[torch.dtype, tuple[int | None, ...]]] = {
         "verify_plan_out.verify_slot_indices": (i64, (capacity,)),
@@ -246,11 +283,10 @@ def plan_launch(
     for name, value in given:
         dtype, shape = shapes[name]
         _dtype_shape_device(name, value, dtype, shape, device)
-    assert bs is not None  # req_pool_indices passed P9: it is 1-D
 
-    # --- P10 to P12: each row that is not padding fits the tables it reads
-    pool_rows = req_pool_indices
-    real = pool_rows != REQ_POOL_IDX_PADDING
+
+def _check_rows(real, pool_rows, prefix_lens, req_to_token, pool, valid_lens) -> None:
+    """P10 to P12: each row that is not padding (``real``) fits the tables it reads."""
     rows, row_length = int(req_to_token.shape[0]), int(req_to_token.shape[1])
     bounds = [("req_to_token", rows)] + (
         [] if pool is None else [("req_to_verify_expected_tokens", int(pool.shape[0]))]
@@ -282,14 +318,19 @@ def plan_launch(
                 f"exceeds the row length of req_to_verify_expected_tokens, {pool_length}"
             )
 
-    # Padding rows contribute nothing, whatever their lengths hold (CONTRACT §12 item 1).
+
+def _batch(
+    real, pool_rows, prefix_lens, req_to_token, window: int, table, pool, valid_lens, offset: int
+) -> _Batch:
+    """The checked batch, each row's window worked out. Padding rows contribute nothing,
+    whatever their lengths hold (CONTRACT §12 item 1)."""
     zero = torch.zeros_like(prefix_lens)
     prefix = torch.where(real, prefix_lens.clamp(min=0), zero)
     if window > 0:
         window_start = (prefix - min(window, _HUGE)).clamp(min=0)
     else:
         window_start = zero
-    batch = _Batch(
+    return _Batch(
         pool_rows=torch.where(real, pool_rows, zero),
         prefix=prefix,
         window_start=window_start,
@@ -302,23 +343,29 @@ def plan_launch(
         pool=pool,
         offset=max(-_HUGE, min(offset, _HUGE)),
     )
+
+
+def _plans(
+    batch: _Batch, real, extend_seq_lens, capacity: int, verify_plan_out, write_plan_out
+) -> PlanLaunch:
+    """P13 (with the entries themselves when they fit the plan: every slot translated), then
+    what the launch writes into both plans."""
     total = int(batch.entries.sum())
     overflow = total > capacity
-
-    # --- P13 (with the entries themselves when they fit the plan): every slot translated
     kept: list[Entries] = []
     if not overflow:
         kept = list(_entry_chunks(batch))
-    elif table is not None:
+    elif batch.table is not None:
         _refuse_rows_past_table(batch)
+    zero, prefix = torch.zeros_like(batch.prefix), batch.prefix
     writes = torch.where(real, extend_seq_lens.clamp(min=0), zero)
     seeded = real & (writes > 0) & (prefix > 0)
-    seeds = torch.full_like(pool_rows, -1)
+    seeds = torch.full_like(batch.pool_rows, -1)
     seed_slots = _table_at(batch, batch.pool_rows[seeded], prefix[seeded] - 1)
     _refuse_past_table(batch, seed_slots)
     seeds[seeded] = _translate(batch, seed_slots)
 
-    write_offsets = torch.zeros(bs + 1, dtype=torch.int64, device=device)
+    write_offsets = torch.zeros(real.shape[0] + 1, dtype=torch.int64, device=real.device)
     write_offsets[1:] = torch.cumsum(writes, 0)
     entries = None
     if not overflow:

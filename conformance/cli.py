@@ -4,7 +4,7 @@ It runs the installed suite with its plugin loaded, wherever it is started: the 
 options and any other pytest arguments pass through, and the report header, the summary table
 and the exit status are those of ``pytest conformance``. Without a test selection it runs the
 whole suite (``--pyargs conformance``); a selection is given as pytest takes it under
-``--pyargs``, e.g. ``conformance.test_plans`` or ``-k numpy``.
+``--pyargs``, e.g. ``conformance.test_buffers`` or ``-k numpy``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def usage() -> str:
         "",
         "Any other argument goes to pytest (-x, -k EXPR, -q, ...; see pytest --help). Without a",
         "test selection the whole suite runs; select as pytest does under --pyargs, e.g.",
-        "conformance.test_plans. The summary names what the run did not check.",
+        "conformance.test_buffers. The summary names what the run did not check.",
         "",
         "exit status:",
     ]
@@ -130,9 +130,9 @@ def has_selection(args: Sequence[str]) -> bool:
 
 def suite_selection(arg: str, cwd: Path | None = None) -> str:
     """``arg`` as the run passes it to pytest (under ``--pyargs``), when it names tests of the
-    suite: a module (``conformance.test_plans``), a test in one (``...::test_x[id]``), the suite
+    suite: a module (``conformance.test_buffers``), a test in one (``...::test_x[id]``), the suite
     (``conformance``), or a path in the suite's folder, also as the reports print it
-    (``conformance/test_plans.py::test_x``, from any folder). Else a usage error."""
+    (``conformance/test_buffers.py::test_x``, from any folder). Else a usage error."""
     import importlib.util
 
     import pytest
@@ -161,8 +161,8 @@ def suite_selection(arg: str, cwd: Path | None = None) -> str:
     if found is None or not (found == SUITE_DIR or found.parent == SUITE_DIR):
         raise pytest.UsageError(
             f"{arg!r} is not a test of the suite ({SUITE_DIR}): the command runs the suite's tests "
-            "only; select them as conformance.test_plans, conformance.test_plans::test_x or "
-            "conformance/test_plans.py::test_x, or with -k"
+            "only; select them as conformance.test_buffers, conformance.test_buffers::test_x or "
+            "conformance/test_buffers.py::test_x, or with -k"
         )
     return arg
 

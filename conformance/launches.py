@@ -1,4 +1,4 @@
-"""What the launch tests share (``test_launch_checks``, ``test_argument_kinds``, ``test_plans``):
+"""What the launch tests share (``test_launch_checks``, ``test_argument_kinds``, ``test_buffers``):
 the test world, a valid write and a valid verify launch in it as plain dicts that a case can
 break, the breakers the case tables build on, and how a refusal is checked (CONTRACT §8, §11).
 """

@@ -671,13 +671,13 @@ MODULE_ORDER = (
     "test_golden.py",
     "test_launch_refusals.py",
     "test_argument_kinds.py",
-    "test_plans.py",
+    "test_buffers.py",
     "test_plan_refusals.py",
     "test_golden_plan.py",
     "test_fingerprint.py",
     "test_write_verify.py",
     "test_scatter.py",
-    "test_plan_kernels.py",
+    "test_plan.py",
     "test_engine.py",
 )
 

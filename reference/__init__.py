@@ -4,18 +4,10 @@ It never imports torch, so it can judge any implementation without sharing its s
 ``constants`` (§1), ``hashing`` (§2), ``source`` (§3 layout and §4 fingerprint),
 ``validation`` (§3 rules and messages), ``chain`` (§5-§7 write and verify),
 ``corruption`` (§7: the reports a corruption between a write and a verify must cause),
-``batch`` (§12: an engine's batch made into plans) and ``expected_tokens`` (§13: the expected-token
-pool filled).
+``plan`` (§12: an engine's batch made into plans) and ``scatter`` (§13: the expected-token pool
+filled).
 """
 
-from reference.batch import (
-    MAX_PLAN_REQS,
-    REQ_POOL_IDX_PADDING,
-    plan,
-    plan_entries,
-    translate,
-    window_starts,
-)
 from reference.chain import CanaryState, VerifyPlan, WritePlan, verify, write
 from reference.constants import (
     CANARY_CHAIN_ANCHOR,
@@ -32,8 +24,16 @@ from reference.constants import (
     ViolationField,
 )
 from reference.corruption import corruption_reports
-from reference.expected_tokens import MAX_SCATTER_REQS, scatter
 from reference.hashing import splitmix64, splitmix64_mix3, to_signed64, to_unsigned64
+from reference.plan import (
+    MAX_PLAN_REQS,
+    REQ_POOL_IDX_PADDING,
+    plan,
+    plan_entries,
+    translate,
+    window_starts,
+)
+from reference.scatter import MAX_SCATTER_REQS, scatter
 from reference.source import Source, fingerprint
 from reference.validation import SourceDescription, validate_source
 

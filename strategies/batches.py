@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import hypothesis.strategies as st
 import numpy as np
 
-from reference.batch import MAX_PLAN_REQS, plan_entries
+from reference.plan import MAX_PLAN_REQS, plan_entries
 from strategies.sizes import check_int, sizes
 
 __all__ = [

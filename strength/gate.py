@@ -120,7 +120,7 @@ FAST_FIRST = (
     "test_source_validation.py",
     "test_launch_refusals.py",
     "test_argument_kinds.py",
-    "test_plans.py",
+    "test_buffers.py",
     "test_golden.py",
     "test_fingerprint.py",
     "test_write_verify.py",
@@ -150,7 +150,7 @@ TOUR = (
     "test_launch_refusals.py::test_launches_at_the_edges_run",
     "test_argument_kinds.py::test_wrong_kinds_of_arguments_are_refused",
     "test_argument_kinds.py::test_fingerprint_refuses_wrong_kinds_of_arguments",
-    "test_plans.py::test_allocated_plans_have_the_contract_shapes",
+    "test_buffers.py::test_allocated_plans_have_the_contract_shapes",
     # one case each: the plan (its SWA-table variant) and the scatter
     "test_golden_plan.py::test_plan_vector[plan-swa-evicted]",
     "test_golden_plan.py::test_scatter_vector[scatter-rows]",

@@ -115,7 +115,7 @@ WV_LAUNCH = (
     _LV + "test_empty_plans_are_still_validated",
 )
 
-_PK, _GOLD_PLAN = "test_plan_kernels.py::", "test_golden_plan.py::test_plan_vector"
+_PK, _GOLD_PLAN = "test_plan.py::", "test_golden_plan.py::test_plan_vector"
 #: the plan kernel: equality with the reference, and the stored plans
 PLAN = (_PK + "test_plan_equals_reference", _GOLD_PLAN)
 
@@ -127,7 +127,7 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("strength.known_bad.val_message_word_changed", _V, "rule 4's message says 'nonzero' for 'positive'", RULES),
     Entry("strength.known_bad.val_bool_accepted", _V, "rule 2 takes bool for an int", RULES),
     Entry("strength.known_bad.val_numpy_int_refused", _V, "rule 2 refuses numpy integers", ACCEPTS),
-    Entry("strength.known_bad.val_numpy_int_mode_refused", _V, "modes, tags and capacities refuse numpy integers", ("test_argument_kinds.py::test_numpy_integers_are_ints_in_the_context", "test_argument_kinds.py::test_fingerprint_takes_a_numpy_integer_mode", "test_plans.py::test_allocate_takes_a_numpy_integer_capacity")),
+    Entry("strength.known_bad.val_numpy_int_mode_refused", _V, "modes, tags and capacities refuse numpy integers", ("test_argument_kinds.py::test_numpy_integers_are_ints_in_the_context", "test_argument_kinds.py::test_fingerprint_takes_a_numpy_integer_mode", "test_buffers.py::test_allocate_takes_a_numpy_integer_capacity")),
     Entry("strength.known_bad.val_read_bytes_bound_exclusive", _V, "rule 5 refuses read_bytes == num_bytes_per_token", ACCEPTS),
     Entry("strength.known_bad.val_rules_6_7_swapped", _V, "rule 7 (row stride) is checked before rule 6 (ndim)", (_SV + "test_spec_examples", _SV + "test_first_broken_rule_wins")),
     Entry("strength.known_bad.val_rows_dense_last_dim_only", _V, "rule 8 checks only the last dim's stride", RULES),

@@ -3,7 +3,7 @@
 which a numpy integer is an int wherever an int is accepted.
 """
 
-from canary import launch, plans, real_kv_hash
+from canary import buffers, launch, real_kv_hash
 from strength.known_bad._mutate import export, install
 
 
@@ -11,7 +11,7 @@ def python_int_only(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-for module in (real_kv_hash, launch, plans):
+for module in (real_kv_hash, launch, buffers):
     install(module, "is_int", python_int_only, rebind=False)
 
 export(globals())

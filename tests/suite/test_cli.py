@@ -46,8 +46,8 @@ def test_help_lists_every_option_of_the_suite_with_its_variable():
         ([], False),
         (["--canary-impl", "canary", "-q"], False),
         (["-k", "plans", "--canary-level=core"], False),
-        (["conformance.test_plans"], True),
-        (["--canary-device", "cpu", "conformance.test_plans"], True),
+        (["conformance.test_buffers"], True),
+        (["--canary-device", "cpu", "conformance.test_buffers"], True),
     ],
 )
 def test_a_selection_is_told_from_option_values(args, selected):
@@ -56,10 +56,10 @@ def test_a_selection_is_told_from_option_values(args, selected):
 
 
 def test_from_an_empty_folder_it_runs_the_suite_as_pytest_does(tmp_path):
-    """Same counts and summary as ``pytest conformance/test_plans.py`` in the repository."""
-    inside = run(["-m", "pytest", "conformance/test_plans.py", "-p", "no:cacheprovider"], ROOT)
+    """Same counts and summary as ``pytest conformance/test_buffers.py`` in the repository."""
+    inside = run(["-m", "pytest", "conformance/test_buffers.py", "-p", "no:cacheprovider"], ROOT)
     outside = run(
-        ["-m", "conformance", "--canary-impl", "canary", "conformance.test_plans"], tmp_path
+        ["-m", "conformance", "--canary-impl", "canary", "conformance.test_buffers"], tmp_path
     )
     assert inside.returncode == outside.returncode == 0, outside.stdout + outside.stderr
     assert counts(outside.stdout) == counts(inside.stdout)
@@ -69,7 +69,7 @@ def test_from_an_empty_folder_it_runs_the_suite_as_pytest_does(tmp_path):
 
 def test_a_failing_implementation_fails_the_command(tmp_path):
     done = run(
-        ["-m", "conformance", "conformance.test_plans", "-q", "-p", "no:cacheprovider"]
+        ["-m", "conformance", "conformance.test_buffers", "-q", "-p", "no:cacheprovider"]
         + ["--canary-impl", "strength.known_bad.val_numpy_int_mode_refused"],
         tmp_path,
     )

@@ -96,11 +96,11 @@ def test_a_core_run_leaves_the_full_tests_out(collected):
 
 
 def test_the_level_comes_from_the_environment_and_is_checked():
-    env_core = pytest_run("conformance/test_plans.py", CANARY_LEVEL="core")
+    env_core = pytest_run("conformance/test_buffers.py", CANARY_LEVEL="core")
     assert env_core.returncode == 0, env_core.stdout + env_core.stderr
     assert "canary level: core" in env_core.stdout
     assert "at level core" in env_core.stdout
-    bad = pytest_run("conformance/test_plans.py", "--co", "-q", CANARY_LEVEL="most")
+    bad = pytest_run("conformance/test_buffers.py", "--co", "-q", CANARY_LEVEL="most")
     assert bad.returncode == 4 and "CANARY_LEVEL='most'" in bad.stdout + bad.stderr
 
 
