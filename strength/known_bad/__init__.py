@@ -190,6 +190,7 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("strength.known_bad.scale_page_index_wraps_at_64", _S, "the in-page index is kept in 6 bits (s % page_size & 63)", ("test_scale.py::test_big_pages_and_pools_fingerprint_equals_reference",)),
     Entry("strength.known_bad.scale_slot_index_16_bits", _S, "fingerprint keeps slot indices as int16", ("test_scale.py::test_big_pages_and_pools_fingerprint_equals_reference",)),
     Entry("strength.known_bad.scale_verify_one_persistent_lap", _S, "verify's persistent grid of 32768 entries makes one lap only", ("test_scale.py::test_long_verify_sweep_equals_reference",)),
+    Entry("strength.known_bad.scale_verify_stops_at_65536_entries", _S, "verify's grid is capped at 65536 entries, later entries unchecked", ("test_plan.py::test_an_engine_scale_plan_feeds_one_verify_launch",)),
     # CONTRACT §12-§13: the plan kernel and the expected-token scatter
     Entry("strength.known_bad.plan_window_start_off_by_one", _P, "an SWA window starts at prefix - window + 1", PLAN),
     Entry("strength.known_bad.plan_chain_reset_at_window_head", _P, "an SWA window's head gets previous slot -1", PLAN),

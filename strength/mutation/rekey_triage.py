@@ -117,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         changed += new != entry["occurrence"]
         entry["occurrence"] = new
-    print(f"{args.session}: {len(triage['survivors'])} entries, {changed} re-keyed, {len(lost)} lost")
+    print(
+        f"{args.session}: {len(triage['survivors'])} entries, {changed} re-keyed, {len(lost)} lost"
+    )
     for entry in lost:
         print(f"  lost: {entry['operator']} #{entry['occurrence']}: {entry['reason']}")
     if not args.dry_run:

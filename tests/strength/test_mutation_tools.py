@@ -342,3 +342,19 @@ def test_the_verdicts_are_the_documented_ones():
     table = text.split("\n| verdict | meaning |\n", 1)[1].split("\n\n", 1)[0]
     listed = re.findall(r"^\| `([a-z-]+)` \|", table, re.M)
     assert sorted(listed) == sorted(replay_tool().VERDICTS)
+
+
+def test_a_re_key_follows_each_mutant_to_its_new_occurrence():
+    """``rekey_triage.mapping``: a mutant keeps its change and its line when code moves, so the
+    k-th old mutant of a change goes to the k-th new one; a mutant whose line changed, or one
+    more old mutant of a change than the new module has, is left out (reported as lost)."""
+    sys.path.insert(0, str(ROOT / "strength" / "mutation"))
+    try:
+        import rekey_triage
+    finally:
+        sys.path.remove(str(ROOT / "strength" / "mutation"))
+    op = "core/NumberReplacer"
+    x, y = (op, "{}", "1", "x = 1"), (op, "{}", "2", "y = 2")
+    old = [(op, 0, x), (op, 1, x), (op, 2, y), (op, 3, (op, "{}", "3", "z = 3")), (op, 4, y)]
+    new = [(op, 0, y), (op, 1, x), (op, 2, x), (op, 3, (op, "{}", "3", "z = a.z + 3"))]
+    assert rekey_triage.mapping(old, new) == {(op, 0): 1, (op, 1): 2, (op, 2): 0}
