@@ -37,6 +37,7 @@ arrays, so a failing history's steps repeat it exactly.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -217,6 +218,10 @@ class Engine:
         self.waiting: list[_Request] = []
         self.cache: list[_CacheEntry] = []
         self.last_written: list[tuple[int, int]] = []  # (request, position) of the last forward
+        #: a fault of how a forward stores its KV (``strategies.faults``): called with each
+        #: forward's canary slots and KV bytes, it returns them as the forward stores them, or
+        #: None while the forward does not make the store it changes; used once
+        self.store_fault: Callable[[np.ndarray, np.ndarray], tuple | None] | None = None
         self.steps = 0
         self.log: list[str] = []
 
@@ -363,6 +368,7 @@ class Engine:
         lens = {name: value[order] for name, value in lens.items()}
         ids, positions, slots, expected = self._in_plan_order(batch, order, written)
         live = [batch[i][0] for i in order if i < len(batch)]
+        kv_slots, kv_bytes = self._stored(slots.copy(), self._kv(slots.shape[0]))
         forward = Forward(
             kind=kind,
             scatter=self._scatter(live),
@@ -377,8 +383,8 @@ class Engine:
                 expected_input_positions=positions.copy(),
                 enable_write_input_assert=True,
             ),
-            kv_slots=slots.copy(),
-            kv_bytes=self._kv(slots.shape[0]),
+            kv_slots=kv_slots,
+            kv_bytes=kv_bytes,
         )
         self._after_forward(batch)
         self.log.append(
@@ -387,6 +393,16 @@ class Engine:
             + (f", {pad} padding rows" if pad else "")
         )
         return forward
+
+    def _stored(self, slots: np.ndarray, kv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The canary slots and KV bytes the forward stores: those it writes, unless a store
+        fault changes them."""
+        if self.store_fault is not None:
+            stored = self.store_fault(slots, kv)
+            if stored is not None:
+                self.store_fault = None
+                return stored
+        return slots, kv
 
     def _allocate(self, rows) -> list[tuple[_Request, int]]:
         """The rows that run, ``(request, tokens it writes)``, each with the pages it needs

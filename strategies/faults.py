@@ -10,7 +10,7 @@ only the steps after it can tell (the slots a swapped token is written to), or t
 promised (the fault left the sliding window unseen).
 
 :data:`FAULTS` is the registry: SGLang's five self-test perturbations
-(``sglang/srt/kv_canary/perturb/``), then two allocator bugs. The engine histories of the suite
+(``sglang/srt/kv_canary/perturb/``), then two allocator bugs and two of the forward's KV store. The engine histories of the suite
 (``conformance/test_engine.py``), the settle (``conformance.engine_support.inject_and_settle``)
 and the detection table (``tools/detection_table.py``) read it; a new class is one more object
 here (CONTRIBUTING.md says what else to touch).
@@ -29,9 +29,11 @@ from strategies.engine import KV_BYTES, Engine, pick_from
 __all__ = [
     "FAULTS",
     "FAULT_KINDS",
+    "KV_BYTE_FAULTS",
     "KV_FAULTS",
     "READ_BYTES",
     "REQ_TO_TOKEN",
+    "UNSEEABLE",
     "Due",
     "Fault",
     "FaultClass",
@@ -86,6 +88,10 @@ class FaultClass:
     name: str
     description: str
     changes_kv = False  # whether it changes KV bytes and nothing else
+    flips_byte = False  # whether it flips the drawn KV byte of one slot (``Fault.flip``)
+    #: why no hash mode can see the class, for a class the canary cannot see at all ("": it
+    #: is seen in some mode)
+    unseeable = ""
 
     def make(self, engine: Engine, pick: int, byte: int) -> Fault | None:
         """Make the fault at the place ``pick`` chooses (``byte``: the KV byte, for a class that
@@ -115,6 +121,7 @@ class _KvByte(FaultClass):
     reads the byte, by the next verify that reads the slot; nothing at all where it does not."""
 
     changes_kv = True
+    flips_byte = True
 
     def places(self, engine: Engine) -> list[tuple[int, str]]:
         """``(canary slot, where it is in words)`` of every place the fault may take."""
@@ -381,6 +388,104 @@ class NextTokenSwap(FaultClass):
         ]
 
 
+# ---------------------------------------------------------------------------------------------
+# The forward stores KV where the plan did not say
+
+
+class _StoreFault(FaultClass):
+    """The forward's KV store goes wrong; what the canary can see of it is the slots whose KV
+    changed after their records were written. A store fault the settle's forwards never made
+    promises nothing."""
+
+    def due_after_settle(self, engine, fault):
+        if engine.store_fault is not None:
+            engine.store_fault = None  # the store never came: nothing happened
+            return None
+        if engine.lut is not None and not set(fault.slots) <= set(engine.lut.tolist()):
+            return None  # the slot left the window before a verify could see it
+        return []
+
+
+class MisdirectedStore(_StoreFault):
+    """The first KV store of the next forward lands in a slot another position wrote, not in
+    the slot the plan names (a forward that scatters to a stale ``out_cache_loc``): reported
+    at that slot with ``REAL_KV`` by its next verify, when the mode reads the bytes (a whole
+    row of fresh bytes: ``PARTIAL`` and ``ALL``); never in ``NONE``. The slot the store missed
+    keeps its old bytes, which its write fingerprints as they are: it stays silent."""
+
+    name = "misdirected_store"
+    description = "a forward stores a token's KV in a slot another position wrote"
+    changes_kv = True
+
+    def make(self, engine, pick, byte):
+        place = pick_from(verified_next(engine), pick)
+        if place is None:
+            return None
+        req, pos = place
+        victim = engine.canary_slot(engine.full_slot(req, pos))
+
+        def store(slots: np.ndarray, kv: np.ndarray):
+            if not slots.size or slots[0] == victim:
+                return None
+            slots = slots.copy()
+            slots[0] = victim
+            return slots, kv
+
+        engine.store_fault = store
+        what = (
+            f"{self.name}: the next forward's first KV store lands in slot {victim} "
+            f"(request {req.rid}, position {pos})"
+        )
+        return Fault(self.name, None, frozenset({victim}), ((req.rid, pos),), what)
+
+    def due(self, engine, fault, canary_buf):
+        if engine.config.mode == RealKvHashMode.NONE:
+            return [], True
+        (victim,) = fault.slots
+        return [Due(victim, FailReason.VERIFY_REAL_KV_HASH_MISMATCH)], False
+
+
+class DroppedStore(_StoreFault):
+    """The forward never stores the KV of a request's next position: the slot keeps the bytes
+    it held, and the write after the forward fingerprints those bytes, so the record agrees
+    with them. No mode can see it: the canary checks that a slot's KV is what was there when
+    its record was written, not that the model stored it (SGLang's TAIL write, too, reads the
+    sources after the forward)."""
+
+    name = "dropped_store"
+    description = "a forward drops the KV store of a token it writes"
+    unseeable = (
+        "a write fingerprints the bytes its slot holds after the forward, so the record agrees "
+        "with the stale bytes a dropped store leaves"
+    )
+
+    def make(self, engine, pick, byte):
+        ready = [
+            r for r in sorted(engine.running.values(), key=lambda r: r.rid) if engine.will_run(r)
+        ]
+        req = pick_from(ready, pick)
+        if req is None:
+            return None
+        pos = req.written
+
+        def store(slots: np.ndarray, kv: np.ndarray):
+            if pos >= len(req.pages) * engine.config.page_size:
+                return None
+            target = engine.canary_slot(engine.full_slot(req, pos))
+            hits = np.flatnonzero(slots == target)
+            if not hits.size:
+                return None
+            keep = np.arange(slots.shape[0]) != hits[0]
+            return slots[keep], kv[keep]
+
+        engine.store_fault = store
+        what = f"{self.name}: request {req.rid} position {pos} is written without its KV"
+        return Fault(self.name, None, frozenset(), ((req.rid, pos),), what)
+
+    def due(self, engine, fault, canary_buf):
+        return [], True
+
+
 def verified_next(engine: Engine) -> list:
     """``(request, position)`` of every written position the next forward of its request
     verifies (inside the window the request will have then): where a fault is seen next."""
@@ -407,7 +512,8 @@ def page_heads(engine: Engine) -> list:
 #: The ``req_to_token`` class, which the pipeline property's page-table change uses too.
 REQ_TO_TOKEN = ReqToToken()
 #: Every fault class by name, in the order of the suite's parameters and the detection table:
-#: SGLang's five self-test perturbations, then two allocator bugs.
+#: SGLang's five self-test perturbations, two allocator bugs, then two bugs of the forward's
+#: KV store.
 FAULTS: dict[str, FaultClass] = {
     c.name: c
     for c in (
@@ -418,12 +524,18 @@ FAULTS: dict[str, FaultClass] = {
         NextTokenSwap(),
         PageSwap(),
         FreedWhileReferenced(),
+        MisdirectedStore(),
+        DroppedStore(),
     )
 }
 #: The names of the fault classes.
 FAULT_KINDS = tuple(FAULTS)
 #: The fault classes that change KV bytes and nothing else.
 KV_FAULTS = tuple(name for name, c in FAULTS.items() if c.changes_kv)
+#: The fault classes that flip the drawn byte of one slot's KV.
+KV_BYTE_FAULTS = tuple(name for name, c in FAULTS.items() if c.flips_byte)
+#: The fault classes no hash mode can see (each says why: ``FaultClass.unseeable``).
+UNSEEABLE = tuple(name for name, c in FAULTS.items() if c.unseeable)
 
 
 def make(engine: Engine, kind: str, pick: int, byte: int = 0) -> Fault | None:

@@ -191,7 +191,13 @@ Reading it for `--kv-canary-real-data`:
   freed or swapped, swapped tokens) and no change to KV bytes at all.
 - `PARTIAL` reads the first 16 bytes of each slot: it sees a changed KV byte only there (about
   half of the drawn bytes).
-- `ALL` reads every byte and sees every class.
+- `ALL` reads every byte and sees every class the canary can see at all.
+- A KV store that lands in the wrong slot is seen at the slot it overwrote (a whole row of
+  fresh bytes: `PARTIAL` sees it too); the slot it missed keeps its old bytes, and its write
+  fingerprints them as they are.
+- A dropped KV store is never seen, in any mode: a write fingerprints the bytes a slot holds
+  after the forward, so the record agrees with the stale bytes. The canary tells that a slot's
+  KV changed after its record was written, not that the forward stored the right bytes.
 - A change to a cached slot no request uses is seen only by the cache sweep (step 5), or by a
   request that shares the prefix later: without sweeps it can stay unseen until the slot is
   evicted.

@@ -135,6 +135,20 @@ def test_expected_tokens_come_from_the_pool_with_the_offset_below_the_valid_leng
         assert entries(verify, 6)["positions"] == [0, 1, 2, 3, 0, 1]
 
 
+def test_a_negative_offset_past_the_tables_row_count_is_kept():
+    """A table with fewer rows (2) than its row length (8): offset -3 reads position - 3, not
+    an offset clamped at the number of rows."""
+    pool = (torch.arange(ROW_LEN, dtype=torch.int32) + 1000 * torch.arange(2)[:, None]).int()
+    verify, _ = run(
+        req_to_token=page_table(rows=2),
+        prefix_lens=i64([8]),
+        req_to_verify_expected_tokens=pool,
+        req_to_verify_expected_tokens_valid_lens=i64([8]),
+        kv_token_id_vs_position_offset=-3,
+    )
+    assert entries(verify, 8)["tokens"] == [-1, -1, -1, 1000, 1001, 1002, 1003, 1004]
+
+
 def test_an_offset_far_outside_the_row_reads_nothing():
     """Offsets of any size are valid; past every row they check no token."""
     pool = torch.ones(5, ROW_LEN, dtype=torch.int32)

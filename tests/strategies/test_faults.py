@@ -59,3 +59,5 @@ def test_every_class_is_one_whole_object(kind):
     for method in ("make", "due"):
         assert getattr(type(cls), method) is not getattr(FaultClass, method), method
     assert cls.changes_kv == (kind in KV_FAULTS)
+    assert not (cls.flips_byte and not cls.changes_kv)
+    assert not (cls.unseeable and cls.changes_kv), "a class that changes KV is seen in ALL"
