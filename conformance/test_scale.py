@@ -43,9 +43,11 @@ from conformance.support import (
 from conformance.write_verify_support import (
     Snapshot,
     assert_same_state,
+    flip_spread_records,
     preset_records,
     reference_verify_launch,
     reference_write_launch,
+    reported_slots,
     verify_launch,
     write_launch,
 )
@@ -330,7 +332,15 @@ def run_scale_case(impl, device, case: ScaleCase, *, test: str, rerun_options: s
     config = describe_world(case.world) + "\n" + case.sizes()
     for step, (kind, batch) in enumerate(launches):
         index_before = int(made.violation_write_index.item())
+        faulty = set()
+        if kind == "verify" and batch.enable:
+            # faults over the whole launch, its last entry included: records both sides hold
+            faulty = flip_spread_records(state.canary_buf, np.asarray(batch.slots[: batch.active]))
+            made.canary_buf.copy_(torch.from_numpy(state.canary_buf).to(made.canary_buf.device))
         _launch(kind, impl, made, batch, device, state)
+        reported = reported_slots(state, index_before)
+        if int(state.violation_write_index[0]) - index_before <= state.violation_ring.shape[0]:
+            assert reported >= faulty, "the reference missed a flipped record"
         assert_same_state(
             Snapshot.of_world(made),
             Snapshot.of_state(state),

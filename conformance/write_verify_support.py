@@ -442,6 +442,48 @@ class Outcome:
         return _observed(self.final, self.index_start, self.index_after, digest=True)
 
 
+#: Records flipped in a long verify launch: entries spread evenly over it.
+SPREAD_FAULTS = 9
+
+
+def flip_spread_records(canary_buf: np.ndarray, slots: np.ndarray) -> set[int]:
+    """Flip a bit of the real-KV hash of the records of :data:`SPREAD_FAULTS` entries of a
+    verify launch whose checked entries name ``slots`` (in entry order), spread evenly from
+    its first entry to its last: the verify of each reports it at that entry in a mode that
+    reads KV (a flipped token or position is seen by the chain check of the next entry, and the
+    last entry has none), so a verify that stops reading before the end misses the last ones.
+    Returns the flipped slots (distinct; slot 0 is never checked and never picked)."""
+    entries = [k for k, slot in enumerate(np.asarray(slots).tolist()) if slot != 0]
+    picked = (
+        sorted(
+            {
+                entries[round(i * (len(entries) - 1) / (SPREAD_FAULTS - 1))]
+                for i in range(SPREAD_FAULTS)
+            }
+        )
+        if entries
+        else []
+    )
+    records = canary_buf[:, : reference.CANARY_SLOT_BYTES].view("<i8")
+    flipped: set[int] = set()
+    for n, entry in enumerate(picked):
+        slot = int(slots[entry])
+        if slot in flipped:
+            continue
+        records[slot, reference.CanaryField.REAL_KV_HASH] ^= 1 << (3 + 7 * n)
+        flipped.add(slot)
+    return flipped
+
+
+def reported_slots(state: reference.CanaryState, since: int) -> set[int]:
+    """The slots of the ring rows the reference stored since the write index was ``since``
+    (those still in the ring)."""
+    now = int(state.violation_write_index[0])
+    capacity = state.violation_ring.shape[0]
+    rows = [(since + k) % capacity for k in range(max(0, now - since - capacity), now - since)]
+    return set(state.violation_ring[rows, reference.ViolationField.SLOT_IDX].tolist())
+
+
 def preset_records(state: reference.CanaryState, batch: st_kv.WriteBatch) -> np.ndarray:
     """The canary buffer the reference's write of ``batch`` leaves, written into a scratch
     copy of ``state`` (``state`` itself, its ring and its counters stay untouched)."""
