@@ -449,8 +449,7 @@ class DroppedStore(_StoreFault):
     """The forward never stores the KV of a request's next position: the slot keeps the bytes
     it held, and the write after the forward fingerprints those bytes, so the record agrees
     with them. No mode can see it: the canary checks that a slot's KV is what was there when
-    its record was written, not that the model stored it (SGLang's TAIL write, too, reads the
-    sources after the forward)."""
+    its record was written, not that the model stored it."""
 
     name = "dropped_store"
     description = "a forward drops the KV store of a token it writes"
