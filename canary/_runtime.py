@@ -18,6 +18,12 @@ An interpreted launch patches ``triton.language`` once, for its whole grid, and 
 at its end; Triton's interpreter then patches it again on every call of a ``@jit`` helper
 (``splitmix64``, ``fold_source``, ...), the largest single cost of these kernels on the CPU.
 :func:`patch_language_once` makes those calls reuse the launch's patch (see there).
+
+The same wrap mends one defect of Triton 3.6's interpreter: it turns a tensor into a Python
+index with ``int()`` of its one-element array, which numpy 2.4 and later refuse ("only
+0-dimensional arrays can be converted to Python scalars"), so every loop whose bound is a
+kernel argument failed (triton-lang/triton#9171, mended in Triton 3.7). Where the interpreter
+is older than 3.7, a launch's patch converts the array's one element instead.
 """
 
 from __future__ import annotations
@@ -25,11 +31,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import re
 import types
 from collections.abc import Iterator
 from typing import NamedTuple
 
 import torch
+import triton
 import triton.language as tl
 from triton.runtime import interpreter
 from triton.runtime.interpreter import InterpretedFunction
@@ -40,6 +48,21 @@ from . import kernels, plan_kernels
 # The modules whose kernel bodies are bound, by the canary module each stands for; each
 # replaceable (see ``use_kernel_module``).
 _source_modules: dict = {kernels.__name__: kernels, plan_kernels.__name__: plan_kernels}
+
+
+def _release(version: str) -> tuple[int, int]:
+    """``(major, minor)`` of a version string such as ``3.6.0`` or ``3.7.0+git1234``."""
+    major, minor = re.match(r"(\d+)\.(\d+)", version).groups()
+    return int(major), int(minor)
+
+
+# Triton before 3.7 converts a tensor to an index with ``int()`` of its one-element array.
+INDEX_NEEDS_MENDING = _release(triton.__version__) < (3, 7)
+
+
+def _tensor_index(self) -> int:
+    """A one-element interpreter tensor as a Python index (what Triton 3.7 does)."""
+    return int(self.handle.data.reshape(-1)[0])
 
 
 def _bodies(module) -> list:
@@ -195,7 +218,9 @@ def patch_language_once() -> Iterator[None]:
     the same globals (the helpers of a binding share its namespace) is skipped: the modules are
     already patched, and stay so until the launch restores them. A request from other globals
     is served as always. Like the interpreter itself, this is for one launch at a time.
-    Where the interpreter has no ``_patch_lang`` to wrap, nothing changes.
+    Where the interpreter has no ``_patch_lang`` to wrap, nothing changes. Before Triton 3.7,
+    each patch served also sets the tensor's ``__index__`` to :func:`_tensor_index` (restored
+    with the rest of the patch).
     """
     real = getattr(interpreter, "_patch_lang", None)
     if real is None:
@@ -207,6 +232,8 @@ def patch_language_once() -> Iterator[None]:
         if patched and fn.__globals__ is patched[0]:
             return None  # a helper of the launch: its language is patched already
         scope = real(fn)
+        if INDEX_NEEDS_MENDING:
+            scope.set_attr(tl.core.tensor, "__index__", _tensor_index)
         if not patched:
             patched.append(fn.__globals__)
         return scope

@@ -158,6 +158,30 @@ def record_differences(got: np.ndarray, want: np.ndarray, *, limit: int = 8) -> 
     return lines
 
 
+def chosen_row_differences(got_rows, kept_rows, past_rows, *, limit: int = 8) -> list[str]:
+    """Lines naming what is wrong with ``got_rows``, the rows a ring kept of violations that ran
+    past its capacity: as many as the reference kept (``kept_rows``), each one of the
+    violations (``kept_rows`` and ``past_rows``, the rows the reference could not store), none
+    twice. Which of them take the last free rows is unspecified (CONTRACT §5)."""
+    left = [tuple(int(v) for v in row) for row in (*kept_rows, *past_rows)]
+    extra = []
+    for row in (tuple(int(v) for v in row) for row in got_rows):
+        if row in left:
+            left.remove(row)
+        else:
+            extra.append(row)
+    lines: list[str] = []
+    if len(got_rows) != len(kept_rows):
+        lines.append(f"{len(got_rows)} ring rows stored, want {len(kept_rows)}")
+    for row in extra[:limit]:
+        lines.append(
+            f"ring row extra (none of the {len(kept_rows) + len(past_rows)} violations, of "
+            f"which the ring keeps {len(kept_rows)}):"
+        )
+        lines += ["  " + line for line in row_text(row)]
+    return lines
+
+
 def ring_row_differences(got_rows, want_rows, *, limit: int = 8) -> list[str]:
     """Lines naming what differs between two multisets of ring rows (one launch's rows).
 

@@ -195,6 +195,31 @@ def assert_same_pool(got: np.ndarray, want: np.ndarray, *, what: str, config: st
 # The two sides
 
 
+def write_races(plan, out_cache_loc: np.ndarray) -> list[str]:
+    """Why a write launch has no defined result (CONTRACT §6: on a GPU its requests race), as
+    lines, or none: a slot two entries write, or a request's seed slot that another request
+    of the launch writes. Requests that write nothing read nothing that matters."""
+    offsets = np.asarray(plan.write_offsets, dtype=np.int64)
+    seeds = np.asarray(plan.write_seed_slot_indices, dtype=np.int64)
+    active = max(0, min(int(plan.write_num_valid_reqs[0]), seeds.shape[0]))
+    owner: dict[int, int] = {}
+    problems = []
+    for req in range(active):
+        for slot in np.asarray(out_cache_loc[offsets[req] : offsets[req + 1]]).tolist():
+            if slot < 0:
+                continue
+            if slot in owner:
+                problems.append(f"slot {slot} written by requests {owner[slot]} and {req}")
+            owner.setdefault(slot, req)
+    for req in range(active):
+        seed = int(seeds[req])
+        if seed >= 0 and offsets[req + 1] > offsets[req] and owner.get(seed, req) != req:
+            problems.append(
+                f"request {req} seeds from slot {seed}, which request {owner[seed]} writes"
+            )
+    return problems
+
+
 class ReferenceSide:
     """The reference side of a history: a ``CanaryState``, the expected-token pool (None: the
     engine keeps none) and the KV bytes of its first source."""
@@ -236,6 +261,10 @@ class ReferenceSide:
             self.kv[forward.kv_slots] = forward.kv_bytes
 
     def write(self, forward: Forward, plan) -> None:
+        races = write_races(plan, forward.write["out_cache_loc"])
+        assert not races, "the engine model made a write with no defined result: " + "; ".join(
+            races
+        )
         reference.write(self.state, plan, **forward.write)
 
     def forward(self, forward: Forward) -> None:
@@ -346,7 +375,7 @@ def run_step(
     def same(launch: str, since: int) -> None:
         assert_same_state(
             Snapshot.of_world(impl.made), Snapshot.of_state(oracle.state),
-            index_before=since, what=what(launch), config=config,
+            index_before=since, what=what(launch), config=config, state=oracle.state,
         )  # fmt: skip
 
     if isinstance(step, Sweep):

@@ -276,6 +276,6 @@ def test_an_engine_scale_plan_feeds_one_verify_launch(impl, impl_name, device):
     )  # fmt: skip
     assert_same_state(
         Snapshot.of_world(made), Snapshot.of_state(state), index_before=since,
-        what="verify of the engine-scale plan", config=describe_batch(batch),
+        what="verify of the engine-scale plan", config=describe_batch(batch), state=state,
     )  # fmt: skip
     assert reported_slots(state, since) >= faulty, "the reference missed a flipped record"

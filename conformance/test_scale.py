@@ -349,6 +349,7 @@ def run_scale_case(impl, device, case: ScaleCase, *, test: str, rerun_options: s
             f"{'requests' if kind == 'write' else 'entries'})",
             config=config,
             repro=_rerun(test, rerun_options),
+            state=state,
         )
 
 

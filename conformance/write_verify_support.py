@@ -21,6 +21,7 @@ import reference
 import strategies as st_kv
 from conformance.assertions import (
     RECORD_FIELDS,
+    chosen_row_differences,
     fail,
     fail_bits_name,
     field_differences,
@@ -43,6 +44,7 @@ __all__ = [
     "expected_reports",
     "implementation_outcome",
     "implementation_write_verify",
+    "launch_row_differences",
     "launch_rows",
     "preset_records",
     "records_sha256",
@@ -156,6 +158,8 @@ class Snapshot:
     write_index: int
     slot_run_counter: int
     kernel_run_counter: int
+    # the reference's ``(index, row)`` of each violation past the ring (``CanaryState``)
+    past_capacity: tuple = ()
 
     @classmethod
     def of_world(cls, world: st_kv.MaterializedWorld) -> Snapshot:
@@ -175,6 +179,7 @@ class Snapshot:
             write_index=int(state.violation_write_index[0]),
             slot_run_counter=int(state.slot_run_counter[0]),
             kernel_run_counter=int(state.kernel_run_counter[0]),
+            past_capacity=tuple(state.past_capacity),
         )
 
     def records(self) -> np.ndarray:
@@ -220,22 +225,44 @@ def state_differences(got: Snapshot, want: Snapshot, *, since: int) -> list[str]
             problems.append(f"{label} got {getattr(got, name)}, want {getattr(want, name)}")
     problems += untouched_changes(got, want, start=since, end=want.write_index)
     problems += record_differences(got.records(), want.records())
-    problems += ring_row_differences(got.new_rows(since), want.new_rows(since))
+    problems += launch_row_differences(got, want, since=since)
     return problems
 
 
+def launch_row_differences(got: Snapshot, want: Snapshot, *, since: int) -> list[str]:
+    """What differs between the rows the launches stored since write index ``since``: as a
+    multiset, or, where their violations ran past the ring, as a choice of as many of them
+    (:func:`chosen_row_differences`)."""
+    past = [row for index, row in want.past_capacity if since <= index < want.write_index]
+    if not past:
+        return ring_row_differences(got.new_rows(since), want.new_rows(since))
+    return chosen_row_differences(got.new_rows(since), want.new_rows(since), past)
+
+
 def assert_same_state(
-    got: Snapshot, want: Snapshot, *, index_before: int, what: str, config: str, repro: str = ""
+    got: Snapshot,
+    want: Snapshot,
+    *,
+    index_before: int,
+    what: str,
+    config: str,
+    repro: str = "",
+    state: reference.CanaryState | None = None,
 ):
     """Two states agree: buffer bytes, ring rows (as a multiset within the launch), index, counters.
 
     A difference is named field by field: ``slot 3: prev_hash got 0x..., want 0x...``,
-    ``ring row 0 (slot 7): expected_token got 0, want -1``.
+    ``ring row 0 (slot 7): expected_token got 0, want -1``. Where they agree, the reference
+    ``state`` that ``want`` was taken of (if given) takes the ring of ``got``: the order of a
+    launch's rows, and which of them a full ring keeps, are the implementation's to choose, and
+    the next comparison checks that rows outside its launch stay as the implementation left them.
     """
     __tracebackhide__ = True
     problems = state_differences(got, want, since=index_before)
     if problems:
         fail(f"{what}:\n  " + "\n  ".join(problems), config=config, repro=repro)
+    if state is not None:
+        state.violation_ring[...] = got.ring
 
 
 def assert_world_holds(impl, device, made, state, *, index_before: int, what: str, config: str):
@@ -249,6 +276,7 @@ def assert_world_holds(impl, device, made, state, *, index_before: int, what: st
         what=what,
         config=config,
         repro=story(impl, device, made),
+        state=state,
     )
 
 
@@ -412,6 +440,10 @@ def _observed(
         if digest
         else {"records": [[hexu(v) for v in record] for record in records]}
     )
+    end = index_after[-1] if index_after else index_start
+    past = [row for index, row in final.past_capacity if index_start <= index < end]
+    if past:  # the reference's violations past the ring: the choice is open (CONTRACT §5)
+        stored["ring_rows_past_capacity"] = [[hexu(v) for v in row] for row in sorted(past)]
     return {
         **stored,
         "ring_rows": [[hexu(v) for v in row] for row in np.concatenate(pieces)],
@@ -492,6 +524,7 @@ def preset_records(state: reference.CanaryState, batch: st_kv.WriteBatch) -> np.
         canary_buf=state.canary_buf.copy(),
         violation_ring=state.violation_ring.copy(),
         violation_write_index=state.violation_write_index.copy(),
+        past_capacity=list(state.past_capacity),
         slot_run_counter=state.slot_run_counter.copy(),
         kernel_run_counter=state.kernel_run_counter.copy(),
         enable_chain_position_assert=state.enable_chain_position_assert.copy(),
@@ -598,9 +631,13 @@ def differences(got: dict, want: dict, ops: Sequence[str], *, limit: int = 12) -
             problems.append(f"slot {slot}: {line}")
     got_rows = [[from_hexu(v) for v in row] for row in got["ring_rows"]]
     want_rows = [[from_hexu(v) for v in row] for row in want["ring_rows"]]
-    if len(got_rows) != len(want_rows):
-        problems.append(f"{len(got_rows)} ring rows stored, want {len(want_rows)}")
-    problems += ring_row_differences(got_rows, want_rows, limit=limit)
+    past = [[from_hexu(v) for v in row] for row in want.get("ring_rows_past_capacity", ())]
+    if past:
+        problems += chosen_row_differences(got_rows, want_rows, past, limit=limit)
+    else:
+        if len(got_rows) != len(want_rows):
+            problems.append(f"{len(got_rows)} ring rows stored, want {len(want_rows)}")
+        problems += ring_row_differences(got_rows, want_rows, limit=limit)
     if len(problems) > limit:
         problems = problems[:limit] + [f"... and {len(problems) - limit} more"]
     return problems

@@ -8,6 +8,7 @@ changes, so a launch that raises leaves every array untouched.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import cast
 
@@ -35,6 +36,11 @@ class CanaryState:
     ``canary_buf``: uint8 ``[num_slots, slot_stride_bytes]``; ``violation_ring``: int64
     ``[ring_capacity, 8]``; ``violation_write_index``: int32 ``[1]``; both run counters: int64
     ``[1]``; ``enable_chain_position_assert``: int32 ``[1]``.
+
+    ``past_capacity`` is no part of the contract's state: ``(index, row)`` of each violation
+    whose index fell outside the ring, so nothing was stored. Which of one launch's violations
+    take the ring's last free rows is unspecified (on a GPU it is the order in which lanes took
+    their indices); the suite accepts any of them.
     """
 
     canary_buf: np.ndarray
@@ -46,6 +52,7 @@ class CanaryState:
     real_kv_sources: tuple[Source, ...]
     real_kv_hash_mode: RealKvHashMode | int
     enable_chain_position_assert: np.ndarray
+    past_capacity: list[tuple[int, tuple[int, ...]]] = dataclasses.field(default_factory=list)
 
     @classmethod
     def allocate(
@@ -404,6 +411,8 @@ def _emit_violation(state: CanaryState, row: tuple[int, ...]) -> None:
     np.add(state.violation_write_index, 1, out=state.violation_write_index)
     if 0 <= index < state.violation_ring.shape[0]:
         state.violation_ring[index] = np.array(row, dtype=np.int64)
+    else:
+        state.past_capacity.append((index, tuple(int(value) for value in row)))
 
 
 def _check_source_count(sources) -> None:

@@ -406,9 +406,12 @@ class Engine:
 
     def _allocate(self, rows) -> list[tuple[_Request, int]]:
         """The rows that run, ``(request, tokens it writes)``, each with the pages it needs
-        allocated; a row past its context or without enough free pages waits."""
+        allocated; a row past its context or without enough free pages waits, and so does a
+        row that would race a row before it (:meth:`_races`)."""
         c = self.config
         batch = []
+        written: set[int] = set()
+        seeds: set[int] = set()
         for req, e in rows:
             e = min(e, c.context_len - req.written)
             need = (req.written + e + c.page_size - 1) // c.page_size - len(req.pages)
@@ -418,8 +421,28 @@ class Engine:
                 page = self._alloc_page()
                 assert page is not None
                 req.pages.append(page)
+            slots, seed = self._races(req, e)
+            if slots & (written | seeds) or seed & written:
+                continue  # keeps its pages; runs in a later forward
+            written |= slots
+            seeds |= seed
             batch.append((req, e))
         return batch
+
+    def _races(self, req: _Request, e: int) -> tuple[set[int], set[int]]:
+        """The canary slots a row writes and the slot its write seeds from (none from the
+        anchor). A write launch in which two rows write one slot, or one writes another's
+        seed, has no defined result (CONTRACT §6; on a GPU the writes race) and the suite
+        never makes one; only a fault that hands a page in use to another request
+        (``freed_while_referenced``) or names another request's slot brings two rows so close."""
+        slots = {
+            self.canary_slot(self.full_slot(req, pos))
+            for pos in range(req.written, req.written + e)
+        }
+        seed = set()
+        if req.written > 0:
+            seed.add(self.canary_slot(int(self.req_to_token[req.row, req.written - 1])))
+        return slots - {0}, seed - {0}
 
     def _batch_rows(self, kind: str, batch, pad: int) -> dict[str, np.ndarray]:
         """Each row's pool row and lengths, the batch's rows first and the padding rows after

@@ -7,9 +7,11 @@ so this is checked here, without a GPU, on the bound ``JITFunction`` objects the
 """
 
 import inspect
+import warnings
 
 import pytest
 import torch
+import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
@@ -154,6 +156,7 @@ def test_a_patch_is_skipped_only_for_functions_of_the_launch_s_globals(monkeypat
         return f"scope of {fn.__name__}"
 
     monkeypatch.setattr(interpreter, "_patch_lang", real)
+    monkeypatch.setattr(_runtime, "INDEX_NEEDS_MENDING", False)  # the scopes are strings here
     ours, theirs = {}, {}
     exec("def kernel(): pass\ndef helper(): pass", ours)
     exec("def other(): pass", theirs)
@@ -167,6 +170,69 @@ def test_a_patch_is_skipped_only_for_functions_of_the_launch_s_globals(monkeypat
     with pytest.raises(RuntimeError), _runtime.patch_language_once():
         raise RuntimeError("a launch failed")
     assert interpreter._patch_lang is real
+
+
+def _as_triton_3_6(monkeypatch):
+    """Make the interpreter patch as Triton 3.6's does: a tensor's index is ``int()`` of its
+    one-element array, which numpy 2.4 and later refuse (numpy before 2.4 warns, made an error
+    here)."""
+    from triton.runtime import interpreter
+
+    real = interpreter._patch_lang
+
+    def patch_as_3_6(fn):
+        scope = real(fn)
+        scope.set_attr(tl.core.tensor, "__index__", lambda self: int(self.handle.data))
+        return scope
+
+    monkeypatch.setattr(interpreter, "_patch_lang", patch_as_3_6)
+
+
+def _fingerprint_and_oracle():
+    import reference
+
+    rows = (torch.arange(4 * 96, dtype=torch.int64) % 251 + 1).to(torch.uint8).view(4, 96)
+    source = canary.RealKvSource(tensor=rows, page_size=1, num_bytes_per_token=96, read_bytes=96)
+    slots = torch.tensor([3, 0, 2], dtype=torch.int64)
+    oracle = reference.Source(rows.numpy(), page_size=1, num_bytes_per_token=96, read_bytes=96)
+    want = reference.fingerprint([oracle, oracle], slots.numpy(), reference.RealKvHashMode.ALL)
+    return (
+        lambda: canary.fingerprint((source, source), slots, mode=canary.RealKvHashMode.ALL)
+    ), want
+
+
+def test_an_interpreter_that_indexes_with_int_of_an_array_is_mended(monkeypatch):
+    """Triton 3.6's interpreter fails every loop bounded by a kernel argument under numpy 2.4
+    and later (triton-lang/triton#9171); before Triton 3.7 a launch's patch indexes with the
+    array's element, the hashes are the oracle's, and the tensor's index is put back."""
+    _as_triton_3_6(monkeypatch)
+    run, want = _fingerprint_and_oracle()
+    monkeypatch.setattr(_runtime, "INDEX_NEEDS_MENDING", False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        with pytest.raises(Exception, match="0-dimensional|scalar"):
+            run()
+    monkeypatch.setattr(_runtime, "INDEX_NEEDS_MENDING", True)
+    before = tl.core.tensor.__dict__.get("__index__")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        assert run().tolist() == want.tolist()
+    assert tl.core.tensor.__dict__.get("__index__") is before
+
+
+@pytest.mark.parametrize(
+    "version, mended",
+    [
+        ("3.5.1", True),
+        ("3.6.0", True),
+        ("3.7.0", False),
+        ("3.7.0+git1a2b3c", False),
+        ("3.10.0", False),
+        ("4.0.0", False),
+    ],
+)
+def test_the_index_is_mended_before_triton_3_7_only(version, mended):
+    assert (_runtime._release(version) < (3, 7)) is mended
 
 
 @pytest.mark.parametrize("mode", ["compiled", "interpreted"])

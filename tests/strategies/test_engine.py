@@ -145,3 +145,73 @@ def test_a_recycled_row_keeps_its_old_owners_tail():
     engine.admit(3)
     engine.prefill(12)
     assert np.array_equal(engine.req_to_token[1, 3:9], tail[1:]), "the stale tail was cleared"
+
+
+def _a_freed_page_shared_in_one_decode(engine: Engine) -> list[Forward]:
+    """Request A holds positions 0..8 (its third page: 8..11) when that page is freed while in
+    use; request B's prompt of 4 takes it, so B's last prompt slot is the slot of A's position
+    11. A decodes 9 and 10 first, B prefills, then one decode would have A write position 11
+    and B seed its position 4 from that very slot."""
+    a = engine.admit(9)
+    forwards = [engine.prefill(9)]
+    fault = next(
+        f
+        for pick in range(8)
+        if (f := faults.make(engine, "freed_while_referenced", pick, 0)) is not None
+        and f"request {a} positions 8..11" in f.what
+    )
+    assert fault is not None
+    b = engine.admit(4)
+    forwards += [engine.decode(), engine.decode(), engine.prefill(4), engine.decode()]
+    assert b is not None and all(f is not None for f in forwards)
+    return forwards
+
+
+def _races_of(engine: Engine, forwards: list[Forward]) -> list[str]:
+    from conformance.driver import write_races
+
+    oracle = OracleRun(engine)
+    return [
+        race
+        for forward in forwards
+        for race in write_races(oracle.plan(forward)[1], forward.write["out_cache_loc"])
+    ]
+
+
+def test_a_forward_never_makes_a_write_whose_requests_race(monkeypatch):
+    """CONTRACT §6: a write in which a request seeds from a slot another request writes has no
+    defined result (on a GPU the writes race). A page freed while in use can bring two running
+    requests there; the engine then runs one of them a forward later, and the driver's check
+    (``write_races``) stays silent. Without the engine's guard the driver's check fires."""
+    config = EngineConfig(page_size=4, num_pages=16, pool_rows=4, context_len=16, seed=3)
+    engine = Engine(config)
+    forwards = _a_freed_page_shared_in_one_decode(engine)
+    assert _races_of(engine, forwards) == []
+    assert forwards[-1].write["out_cache_loc"].shape[0] == 1, "one of the two waits"
+
+    monkeypatch.setattr(Engine, "_races", lambda self, req, e: (set(), set()))
+    unguarded = Engine(config)
+    forwards = _a_freed_page_shared_in_one_decode(unguarded)
+    races = _races_of(unguarded, forwards)
+    assert len(races) == 1 and "seeds from slot" in races[0], races
+
+
+def test_the_driver_names_each_race_of_a_write():
+    """``write_races``: a slot two requests write, a seed another request writes; a request
+    that writes nothing, a skipped entry (slot < 0) and a seed the request itself writes race
+    with nothing."""
+    from conformance.driver import write_races
+    from reference import WritePlan
+
+    plan = WritePlan(
+        write_offsets=np.array([0, 2, 3, 3, 4, 5], np.int64),
+        write_seed_slot_indices=np.array([-1, 6, 8, 3, 7], np.int64),
+        write_num_valid_reqs=np.array([5], np.int32),
+    )
+    slots = np.array([5, 6, 5, -1, 7], np.int64)
+    assert write_races(plan, slots) == [
+        "slot 5 written by requests 0 and 1",
+        "request 1 seeds from slot 6, which request 0 writes",
+    ]
+    plan.write_num_valid_reqs[0] = 1
+    assert write_races(plan, slots) == []
