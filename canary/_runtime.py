@@ -52,8 +52,8 @@ _source_modules: dict = {kernels.__name__: kernels, plan_kernels.__name__: plan_
 
 def _release(version: str) -> tuple[int, int]:
     """``(major, minor)`` of a version string such as ``3.6.0`` or ``3.7.0+git1234``."""
-    major, minor = re.match(r"(\d+)\.(\d+)", version).groups()
-    return int(major), int(minor)
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return (int(match[1]), int(match[2])) if match else (0, 0)
 
 
 # Triton before 3.7 converts a tensor to an index with ``int()`` of its one-element array.

@@ -133,16 +133,20 @@ def warm_up(engine: Engine, run) -> None:
     """A short history that leaves running requests (one sharing a cached prefix), a cached
     prefix no request uses and freshly sampled tokens: every fault class has a place."""
     c = engine.config
+
+    def each(*makes) -> None:
+        # one step made and run before the next is made: a failure names its own step
+        for make in makes:
+            step = make()
+            if step is not None:
+                run(step)
+
     for _ in range(3):
         engine.admit(c.context_len // 4 + 1, share=0)
-    for step in (engine.prefill(c.context_len), engine.decode(1)):
-        if step is not None:
-            run(step)
+    each(lambda: engine.prefill(c.context_len), lambda: engine.decode(1))
     engine.finish(0)  # its prefix is cached, and shared by the next request
     engine.admit(2, share=1)
-    for step in (engine.prefill(c.context_len), engine.decode(0)):
-        if step is not None:
-            run(step)
+    each(lambda: engine.prefill(c.context_len), lambda: engine.decode(0))
     engine.finish(0)  # its prefix is cached, and no request uses it
 
 

@@ -215,3 +215,22 @@ def test_the_driver_names_each_race_of_a_write():
     ]
     plan.write_num_valid_reqs[0] = 1
     assert write_races(plan, slots) == []
+
+
+def test_each_warm_up_step_runs_under_its_own_label():
+    """The histories label a failing launch with the engine's step count and last log line
+    when it runs: in the warm-up each forward is made just before it runs, so a prefill that
+    fails is named as that prefill, not as the decode made after it."""
+    engine = Engine(EngineConfig(page_size=2, num_pages=32, pool_rows=6, context_len=16, seed=5))
+    oracle = OracleRun(engine)
+    labels = []
+
+    def run(step):
+        labels.append((step.kind, engine.steps, engine.log[-1]))
+        oracle.forward_or_sweep(step)
+
+    warm_up(engine, run)
+    assert [kind for kind, _, _ in labels] == ["prefill", "decode", "prefill", "decode"]
+    for kind, _, line in labels:
+        assert line.startswith(f"{kind}: "), (kind, line)
+    assert [steps for _, steps, _ in labels] == [1, 2, 3, 4]
