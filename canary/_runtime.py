@@ -56,8 +56,13 @@ def _release(version: str) -> tuple[int, int]:
     return (int(match[1]), int(match[2])) if match else (0, 0)
 
 
-# Triton before 3.7 converts a tensor to an index with ``int()`` of its one-element array.
-INDEX_NEEDS_MENDING = _release(triton.__version__) < (3, 7)
+def index_needs_mending(triton_version: str) -> bool:
+    """Whether that Triton's interpreter converts a tensor to an index with ``int()`` of its
+    one-element array (before 3.7; an unreadable version is taken as old)."""
+    return _release(triton_version) < (3, 7)
+
+
+INDEX_NEEDS_MENDING = index_needs_mending(triton.__version__)
 
 
 def _tensor_index(self) -> int:

@@ -11,6 +11,7 @@ import warnings
 
 import pytest
 import torch
+import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
@@ -229,10 +230,12 @@ def test_an_interpreter_that_indexes_with_int_of_an_array_is_mended(monkeypatch)
         ("3.7.0+git1a2b3c", False),
         ("3.10.0", False),
         ("4.0.0", False),
+        ("dev", True),
     ],
 )
 def test_the_index_is_mended_before_triton_3_7_only(version, mended):
-    assert (_runtime._release(version) < (3, 7)) is mended
+    assert _runtime.index_needs_mending(version) is mended
+    assert _runtime.INDEX_NEEDS_MENDING is _runtime.index_needs_mending(triton.__version__)
 
 
 @pytest.mark.parametrize("mode", ["compiled", "interpreted"])
