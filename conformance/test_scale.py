@@ -338,9 +338,9 @@ def run_scale_case(impl, device, case: ScaleCase, *, test: str, rerun_options: s
             faulty = flip_spread_records(state.canary_buf, np.asarray(batch.slots[: batch.active]))
             made.canary_buf.copy_(torch.from_numpy(state.canary_buf).to(made.canary_buf.device))
         _launch(kind, impl, made, batch, device, state)
-        reported = reported_slots(state, index_before)
-        if int(state.violation_write_index[0]) - index_before <= state.violation_ring.shape[0]:
-            assert reported >= faulty, "the reference missed a flipped record"
+        assert reported_slots(state, index_before) >= faulty, (
+            "the reference missed a flipped record"
+        )
         assert_same_state(
             Snapshot.of_world(made),
             Snapshot.of_state(state),

@@ -508,12 +508,16 @@ def flip_spread_records(canary_buf: np.ndarray, slots: np.ndarray) -> set[int]:
 
 
 def reported_slots(state: reference.CanaryState, since: int) -> set[int]:
-    """The slots of the ring rows the reference stored since the write index was ``since``
-    (those still in the ring)."""
+    """The slots of every violation the reference reported since its write index was
+    ``since``: the rows its ring stored and the rows past its capacity (``past_capacity``),
+    so that a ring full before the launch still shows what the launch found."""
     now = int(state.violation_write_index[0])
     capacity = state.violation_ring.shape[0]
-    rows = [(since + k) % capacity for k in range(max(0, now - since - capacity), now - since)]
-    return set(state.violation_ring[rows, reference.ViolationField.SLOT_IDX].tolist())
+    stored = range(max(since, 0), max(min(now, capacity), 0))
+    slots = set(state.violation_ring[list(stored), reference.ViolationField.SLOT_IDX].tolist())
+    field = reference.ViolationField.SLOT_IDX
+    slots |= {row[field] for index, row in state.past_capacity if since <= index < now}
+    return slots
 
 
 def preset_records(state: reference.CanaryState, batch: st_kv.WriteBatch) -> np.ndarray:
