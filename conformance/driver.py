@@ -261,10 +261,8 @@ class ReferenceSide:
             self.kv[forward.kv_slots] = forward.kv_bytes
 
     def write(self, forward: Forward, plan) -> None:
-        races = write_races(plan, forward.write["out_cache_loc"])
-        assert not races, "the engine model made a write with no defined result: " + "; ".join(
-            races
-        )
+        races = "; ".join(write_races(plan, forward.write["out_cache_loc"]))
+        assert not races, f"the engine model made a write with no defined result: {races}"
         reference.write(self.state, plan, **forward.write)
 
     def forward(self, forward: Forward) -> None:

@@ -513,11 +513,10 @@ def reported_slots(state: reference.CanaryState, since: int) -> set[int]:
     so that a ring full before the launch still shows what the launch found."""
     now = int(state.violation_write_index[0])
     capacity = state.violation_ring.shape[0]
-    stored = range(max(since, 0), max(min(now, capacity), 0))
-    slots = set(state.violation_ring[list(stored), reference.ViolationField.SLOT_IDX].tolist())
     field = reference.ViolationField.SLOT_IDX
-    slots |= {row[field] for index, row in state.past_capacity if since <= index < now}
-    return slots
+    stored = state.violation_ring[max(since, 0) : max(min(now, capacity), 0), field]
+    past = {row[field] for index, row in state.past_capacity if since <= index < now}
+    return set(stored.tolist()) | past
 
 
 def preset_records(state: reference.CanaryState, batch: st_kv.WriteBatch) -> np.ndarray:

@@ -407,7 +407,7 @@ class Engine:
     def _allocate(self, rows) -> list[tuple[_Request, int]]:
         """The rows that run, ``(request, tokens it writes)``, each with the pages it needs
         allocated; a row past its context or without enough free pages waits, and so does a
-        row that would race a row before it (:meth:`_races`)."""
+        row that would race a row before it (:meth:`_writes_and_seed`)."""
         c = self.config
         batch = []
         written: set[int] = set()
@@ -421,7 +421,7 @@ class Engine:
                 page = self._alloc_page()
                 assert page is not None
                 req.pages.append(page)
-            slots, seed = self._races(req, e)
+            slots, seed = self._writes_and_seed(req, e)
             if slots & (written | seeds) or seed & written:
                 continue  # keeps its pages; runs in a later forward
             written |= slots
@@ -429,7 +429,7 @@ class Engine:
             batch.append((req, e))
         return batch
 
-    def _races(self, req: _Request, e: int) -> tuple[set[int], set[int]]:
+    def _writes_and_seed(self, req: _Request, e: int) -> tuple[set[int], set[int]]:
         """The canary slots a row writes and the slot its write seeds from (none from the
         anchor). A write launch in which two rows write one slot, or one writes another's
         seed, has no defined result (CONTRACT §6; on a GPU the writes race) and the suite

@@ -189,7 +189,7 @@ def test_a_forward_never_makes_a_write_whose_requests_race(monkeypatch):
     assert _races_of(engine, forwards) == []
     assert forwards[-1].write["out_cache_loc"].shape[0] == 1, "one of the two waits"
 
-    monkeypatch.setattr(Engine, "_races", lambda self, req, e: (set(), set()))
+    monkeypatch.setattr(Engine, "_writes_and_seed", lambda self, req, e: (set(), set()))
     unguarded = Engine(config)
     forwards = _a_freed_page_shared_in_one_decode(unguarded)
     races = _races_of(unguarded, forwards)
