@@ -1,14 +1,18 @@
 """One driver for the launches an engine makes, on an implementation and on the reference
 (CONTRACT §6, §7, §12, §13, §15).
 
-A step is a :class:`strategies.engine.Forward` (the scatter of the batch's token snapshots, the
-plan, verify of the verify plan, the forward's KV bytes, write of the write plan) or a
-:class:`strategies.engine.Sweep` (a verify of every slot the prefix cache holds).
-:class:`ReferenceSide` runs a step on the numpy reference, :class:`ImplementationSide` on an
-implementation's tensors, and :func:`run_step` runs it on both and compares them after every
-launch: the expected-token pool after the scatter, both plans after the plan, the world after
-verify and after write. Each side keeps one page table, one full-to-SWA table and one pool, as
-an engine does, and updates them in place between steps.
+A step is a :class:`strategies.engine.Forward` (the scatter of the batch's token snapshots,
+then per buffer group the plan and the ``HEAD`` verify and write, the forward's KV stores, then
+per group the ``TAIL`` verify and write: SGLang's bracket of a forward) or a
+:class:`strategies.engine.Sweep` (per group, a verify of every slot the prefix cache holds,
+under the group's ``SWEEP`` tag). :class:`ReferenceSide` runs a step on the numpy reference,
+:class:`ImplementationSide` on an implementation's tensors, and :func:`run_step` runs it on both
+and compares them after every launch: the expected-token pool after the scatter, a group's
+plans after its plan, and the launching endpoint's world after each verify and write. Each side
+keeps one world per endpoint (keyed ``(group, stage)``: its own canary buffer, sources and
+counters, one ring and write index for all), one page table, one full-to-SWA table and one
+pool, as an engine does, and updates them in place between steps. A world of one buffer is the
+endpoint ``("FULL", "TAIL")`` of a forward whose ``stages`` are ``("TAIL",)``.
 
 The rest is what every plan test shares: the plans' fields (:data:`PLAN_FIELDS`), their first
 contents (:func:`first_plans`: distinct values, so an entry left alone that should be, or not,
@@ -28,10 +32,11 @@ import reference
 import strategies as st_kv
 from conformance.assertions import fail, to_numpy
 from conformance.write_verify_support import Snapshot, assert_same_state
-from strategies.engine import Forward, Sweep
+from strategies.engine import Forward, GroupLaunch, Sweep, SweepGroup
 
 __all__ = [
     "PLAN_FIELDS",
+    "SWEEP",
     "VERIFY_FIELDS",
     "ImplementationSide",
     "ReferenceSide",
@@ -40,6 +45,7 @@ __all__ = [
     "assert_same_pool",
     "first_plans",
     "host",
+    "launch_name",
     "plan_differences",
     "plan_host",
     "reference_plans",
@@ -155,8 +161,9 @@ def assert_same_plans(got: dict, want: dict, *, what: str, config: str, repro: s
         )
 
 
-def sweep_plan(sweep: Sweep) -> dict:
-    """The verify plan of a cache sweep: every cached slot, expected tokens unchecked (-1)."""
+def sweep_plan(sweep: SweepGroup) -> dict:
+    """The verify plan of a group's cache sweep: every cached slot, expected tokens unchecked
+    (-1)."""
     n = sweep.slots.shape[0]
     return {
         "verify_slot_indices": sweep.slots.copy(),
@@ -220,17 +227,35 @@ def write_races(plan, out_cache_loc: np.ndarray) -> list[str]:
     return problems
 
 
-class ReferenceSide:
-    """The reference side of a history: a ``CanaryState``, the expected-token pool (None: the
-    engine keeps none) and the KV bytes of its first source."""
+#: The launch stages of a buffer group: ``HEAD`` and ``TAIL`` around a forward, and the
+#: ``SWEEP`` of the prefix cache, which verifies the tail buffer under its own tag.
+SWEEP = "SWEEP"
 
-    def __init__(self, state: reference.CanaryState, pool: np.ndarray | None):
-        self.state = state
+
+def launch_name(state: reference.CanaryState) -> str:
+    """The launch tag a state stamps, by name (``TAIL_K_FULL``)."""
+    return reference.CanaryLaunchTag(int(state.kernel_kind)).name
+
+
+class ReferenceSide:
+    """The reference side of a history: a ``CanaryState`` per endpoint, keyed ``(group,
+    stage)`` (all sharing one ring and write index, as SGLang's endpoints share its violation
+    log), and the expected-token pool (None: the engine keeps none)."""
+
+    def __init__(self, states: dict, pool: np.ndarray | None):
+        if isinstance(states, reference.CanaryState):  # one buffer: a plain world
+            states = {("FULL", "TAIL"): states}
+        self.states: dict = states
         self.pool = None if pool is None else pool.copy()
 
     @property
-    def kv(self) -> np.ndarray:
-        return self.state.real_kv_sources[0].data
+    def state(self) -> reference.CanaryState:
+        """The first group's tail state (a world of one buffer: its only state)."""
+        return next(s for (g, stage), s in self.states.items() if stage == "TAIL")
+
+    def kv(self, group: str) -> np.ndarray:
+        """The KV bytes of a group's pool: its tail buffer's first source."""
+        return self.states[(group, "TAIL")].real_kv_sources[0].data
 
     @property
     def index(self) -> int:
@@ -239,67 +264,88 @@ class ReferenceSide:
 
     def rows(self, since: int) -> np.ndarray:
         """The rows stored since write index ``since``."""
-        return self.state.violation_ring[since : min(self.index, len(self.state.violation_ring))]
+        ring = self.state.violation_ring
+        return ring[since : min(self.index, len(ring))]
 
     def scatter(self, forward: Forward) -> None:
         if forward.scatter is not None:
             reference.scatter(**forward.scatter, pool_out=self.pool)
 
-    def plan(self, forward: Forward):
-        vp, wp = reference_plans(forward.verify_capacity, forward.write_req_capacity)
+    def plan(self, forward: Forward, group: GroupLaunch):
+        vp, wp = reference_plans(group.verify_capacity, forward.write_req_capacity)
         reference.plan(
-            vp, wp, **forward.plan, verify_capacity=forward.verify_capacity,
-            req_to_verify_expected_tokens=self.pool,
+            vp, wp, **forward.plan, **group.plan_arguments(),
+            verify_capacity=group.verify_capacity, req_to_verify_expected_tokens=self.pool,
         )  # fmt: skip
         return vp, wp
 
-    def verify(self, plan, *, tokens: bool = True) -> None:
-        reference.verify(self.state, plan, check_verify_expected_token=tokens)
+    def verify(self, key, plan, *, tokens: bool = True) -> None:
+        reference.verify(self.states[key], plan, check_verify_expected_token=tokens)
 
-    def store_kv(self, forward: Forward) -> None:
-        if forward.kv_slots.size:
-            self.kv[forward.kv_slots] = forward.kv_bytes
+    def store_kv(self, group: GroupLaunch) -> None:
+        if group.kv_slots.size:
+            self.kv(group.group)[group.kv_slots] = group.kv_bytes
 
-    def write(self, forward: Forward, plan) -> None:
-        races = "; ".join(write_races(plan, forward.write["out_cache_loc"]))
+    def write(self, key, forward: Forward, group: GroupLaunch, plan) -> None:
+        races = "; ".join(write_races(plan, group.out_cache_loc))
         assert not races, f"the engine model made a write with no defined result: {races}"
-        reference.write(self.state, plan, **forward.write)
+        reference.write(self.states[key], plan, **forward.write, out_cache_loc=group.out_cache_loc)
+
+    def launches(self, key, forward: Forward, group: GroupLaunch, plans) -> None:
+        """One endpoint's verify and write of a forward."""
+        vp, wp = plans
+        self.verify(key, vp)
+        self.write(key, forward, group, wp)
 
     def forward(self, forward: Forward) -> None:
         self.scatter(forward)
-        vp, wp = self.plan(forward)
-        self.verify(vp)
-        self.store_kv(forward)
-        self.write(forward, wp)
+        plans = {}
+        for g in forward.groups:
+            plans[g.group] = self.plan(forward, g)
+            if "HEAD" in forward.stages:
+                self.launches((g.group, "HEAD"), forward, g, plans[g.group])
+        for g in forward.groups:
+            self.store_kv(g)
+        for g in forward.groups:
+            self.launches((g.group, "TAIL"), forward, g, plans[g.group])
 
-    def sweep(self, sweep: Sweep) -> None:
-        self.verify(reference.VerifyPlan(**sweep_plan(sweep)), tokens=False)
+    def sweep(self, group: SweepGroup) -> None:
+        self.verify((group.group, SWEEP), reference.VerifyPlan(**sweep_plan(group)), tokens=False)
 
     def forward_or_sweep(self, step: Forward | Sweep) -> None:
         """Run one step of a history (the reference alone)."""
         if isinstance(step, Sweep):
-            self.sweep(step)
+            for group in step.groups:
+                self.sweep(group)
         else:
             self.forward(step)
 
-    def flip(self, slot: int, byte: int) -> None:
-        self.kv[slot, byte] ^= 0xFF
+    def flip(self, group: str, slot: int, byte: int) -> None:
+        self.kv(group)[slot, byte] ^= 0xFF
 
 
 class ImplementationSide:
-    """The implementation side of a history, on ``device``: a materialized world, the
-    implementation's context over it, and the page table, the full-to-SWA table (None: no
-    window) and the expected-token pool (None: none) as tensors updated in place."""
+    """The implementation side of a history, on ``device``: a materialized world per endpoint,
+    keyed as the reference's states (sharing one ring and write index), the implementation's
+    context over each, and the page table, the full-to-SWA table (None: no window) and the
+    expected-token pool (None: none) as tensors updated in place."""
 
-    def __init__(
-        self, impl, device, made: st_kv.MaterializedWorld, *, pool, table, lut
-    ):  # fmt: skip
-        self.impl, self.device, self.made = impl, device, made
-        self.context = made.context(impl)
-        self.kv = made.sources[0].tensor
+    def __init__(self, impl, device, worlds, *, pool, table, lut):
+        if isinstance(worlds, st_kv.MaterializedWorld):  # one buffer: a plain world
+            worlds = {("FULL", "TAIL"): worlds}
+        self.impl, self.device, self.worlds = impl, device, worlds
+        self.contexts = {key: made.context(impl) for key, made in worlds.items()}
         self.pool = self.tensor(pool)
         self.table = self.tensor(table)
         self.lut = self.tensor(lut)
+
+    @property
+    def made(self) -> st_kv.MaterializedWorld:
+        """The first group's tail world (a world of one buffer: its only world)."""
+        return next(w for (g, stage), w in self.worlds.items() if stage == "TAIL")
+
+    def kv(self, group: str) -> torch.Tensor:
+        return self.worlds[(group, "TAIL")].sources[0].tensor
 
     def tensor(self, array):
         """A tensor of its own (never sharing the caller's array) on the device."""
@@ -316,45 +362,47 @@ class ImplementationSide:
                 **self._arguments(forward.scatter), pool_out=self.pool
             )
 
-    def plan(self, forward: Forward):
+    def plan(self, forward: Forward, group: GroupLaunch):
         vp, wp = allocate_plans(
-            self.impl, self.device, forward.verify_capacity, forward.write_req_capacity
+            self.impl, self.device, group.verify_capacity, forward.write_req_capacity
         )
-        args = self._arguments(forward.plan)
+        args = self._arguments({**forward.plan, **group.plan_arguments()})
         self.table.copy_(torch.from_numpy(forward.plan["req_to_token"]))
         args["req_to_token"] = self.table
-        if self.lut is not None:
-            self.lut.copy_(torch.from_numpy(forward.plan["full_to_swa_index_mapping"]))
+        if group.full_to_swa_index_mapping is not None:
+            assert self.lut is not None
+            self.lut.copy_(torch.from_numpy(group.full_to_swa_index_mapping))
             args["full_to_swa_index_mapping"] = self.lut
         self.impl.launch_canary_plan_kernels(
             verify_plan_out=vp, write_plan_out=wp, **args,
-            verify_capacity=forward.verify_capacity, req_to_verify_expected_tokens=self.pool,
+            verify_capacity=group.verify_capacity, req_to_verify_expected_tokens=self.pool,
         )  # fmt: skip
         return vp, wp
 
-    def verify(self, plan, *, tokens: bool = True) -> None:
+    def verify(self, key, plan, *, tokens: bool = True) -> None:
         self.impl.launch_canary_verify_kernel(
-            context=self.context, plan=plan, check_verify_expected_token=tokens
+            context=self.contexts[key], plan=plan, check_verify_expected_token=tokens
         )
 
-    def store_kv(self, forward: Forward) -> None:
-        if forward.kv_slots.size:
-            self.kv[self.tensor(forward.kv_slots)] = self.tensor(forward.kv_bytes)
+    def store_kv(self, group: GroupLaunch) -> None:
+        if group.kv_slots.size:
+            self.kv(group.group)[self.tensor(group.kv_slots)] = self.tensor(group.kv_bytes)
 
-    def write(self, forward: Forward, plan) -> None:
+    def write(self, key, forward: Forward, group: GroupLaunch, plan) -> None:
         self.impl.launch_canary_write_kernel(
-            context=self.context, plan=plan, **self._arguments(forward.write)
-        )
+            context=self.contexts[key], plan=plan,
+            **self._arguments({**forward.write, "out_cache_loc": group.out_cache_loc}),
+        )  # fmt: skip
 
-    def sweep(self, sweep: Sweep) -> None:
+    def sweep(self, group: SweepGroup) -> None:
         plan = self.impl.VerifyPlan.allocate(
-            verify_capacity=sweep.slots.shape[0], device=self.device
+            verify_capacity=group.slots.shape[0], device=self.device
         )
-        _fill(plan, sweep_plan(sweep))
-        self.verify(plan, tokens=False)
+        _fill(plan, sweep_plan(group))
+        self.verify((group.group, SWEEP), plan, tokens=False)
 
-    def flip(self, slot: int, byte: int) -> None:
-        self.kv[slot, byte] ^= 0xFF
+    def flip(self, group: str, slot: int, byte: int) -> None:
+        self.kv(group)[slot, byte] ^= 0xFF
 
 
 def run_step(
@@ -365,37 +413,58 @@ def run_step(
     what: Callable[[str], str],
     config: str,
 ) -> None:
-    """One step on both sides, compared after every launch: the pool after the scatter, both
-    plans after the plan, and the world after verify and after write. ``what(launch)`` names
-    the point of a comparison for its failure message."""
+    """One step on both sides, compared after every launch: the pool after the scatter, each
+    group's plans after its plan, and each endpoint's world after each verify and write, in the
+    order an engine launches them (per group the plan and the ``HEAD`` launches, the forward's
+    KV stores, then per group the ``TAIL`` launches). ``what(launch)`` names the point of a
+    comparison for its failure message."""
     __tracebackhide__ = True
 
-    def same(launch: str, since: int) -> None:
+    def same(key, launch: str, since: int) -> None:
+        state = oracle.states[key]
         assert_same_state(
-            Snapshot.of_world(impl.made), Snapshot.of_state(oracle.state),
-            index_before=since, what=what(launch), config=config, state=oracle.state,
+            Snapshot.of_world(impl.worlds[key]), Snapshot.of_state(state),
+            index_before=since, what=what(f"{launch_name(state)} {launch}"), config=config,
+            state=state,
         )  # fmt: skip
 
     if isinstance(step, Sweep):
-        since = oracle.index
-        impl.sweep(step)
-        oracle.sweep(step)
-        same("the verify of the cache sweep", since)
+        for group in step.groups:
+            since = oracle.index
+            impl.sweep(group)
+            oracle.sweep(group)
+            same((group.group, SWEEP), "verify of the cache sweep", since)
         return
     if step.scatter is not None:
         impl.scatter(step)
         oracle.scatter(step)
         assert_same_pool(to_numpy(impl.pool), oracle.pool, what=what("scatter"), config=config)
-    ivp, iwp = impl.plan(step)
-    ovp, owp = oracle.plan(step)
-    assert_same_plans(plan_host(ivp, iwp), plan_host(ovp, owp), what=what("plan"), config=config)
-    since = oracle.index
-    impl.verify(ivp)
-    oracle.verify(ovp)
-    same("verify", since)
-    impl.store_kv(step)
-    oracle.store_kv(step)
-    since = oracle.index
-    impl.write(step, iwp)
-    oracle.write(step, owp)
-    same("write", since)
+
+    def launches(group: GroupLaunch, stage: str, plans) -> None:
+        key = (group.group, stage)
+        ivp, iwp, ovp, owp = plans
+        since = oracle.index
+        impl.verify(key, ivp)
+        oracle.verify(key, ovp)
+        same(key, "verify", since)
+        since = oracle.index
+        impl.write(key, step, group, iwp)
+        oracle.write(key, step, group, owp)
+        same(key, "write", since)
+
+    plans = {}
+    for group in step.groups:
+        ivp, iwp = impl.plan(step, group)
+        ovp, owp = oracle.plan(step, group)
+        assert_same_plans(
+            plan_host(ivp, iwp), plan_host(ovp, owp),
+            what=what(f"plan of group {group.group}"), config=config,
+        )  # fmt: skip
+        plans[group.group] = (ivp, iwp, ovp, owp)
+        if "HEAD" in step.stages:
+            launches(group, "HEAD", plans[group.group])
+    for group in step.groups:  # the forward stores its KV
+        impl.store_kv(group)
+        oracle.store_kv(group)
+    for group in step.groups:
+        launches(group, "TAIL", plans[group.group])

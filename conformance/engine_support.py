@@ -15,6 +15,8 @@ chain position assert on, and the write's input assert on with the token oracle'
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 
@@ -22,14 +24,15 @@ import reference
 import strategies as st_kv
 from conformance import driver
 from conformance.assertions import fail_bits_name
-from conformance.driver import ImplementationSide, ReferenceSide
+from conformance.driver import SWEEP, ImplementationSide, ReferenceSide
 from strategies import faults
-from strategies.engine import KV_BYTES, Engine, Forward, Sweep
+from strategies.engine import GROUPS, KV_BYTES, STAGES, Engine, Forward, Sweep
 from strategies.faults import Due, Fault
 
 __all__ = [
     "RING_CAPACITY",
     "SETTLE",
+    "TAGS",
     "ImplRun",
     "OracleRun",
     "inject_and_settle",
@@ -45,63 +48,114 @@ RING_CAPACITY = 512
 #: that every running request is verified after any page was reused.
 SETTLE = ("admit", "prefill", "decode", "prefill", "decode", "sweep")
 SLOT, BITS = reference.ViolationField.SLOT_IDX, reference.ViolationField.FAIL_REASON_BITS
+KIND = reference.ViolationField.KERNEL_KIND
 
 
-def oracle_world(engine: Engine) -> reference.CanaryState:
-    """The reference's world for ``engine``, made from its seed alone (no torch): random
-    non-zero canary bytes and KV bytes, an empty ring of random rows, counters at random values."""
+#: The launch tag of each endpoint ``(group, stage)`` (SGLang's K half; its V half runs only
+#: with ``SGLANG_KV_CANARY_ENABLE_MHA_V``, and repeats the K half's launches on other buffers).
+TAGS = {
+    (group, stage): reference.CanaryLaunchTag[f"{stage}_K_{group}"]
+    for group in GROUPS
+    for stage in (*STAGES, SWEEP)
+}
+
+
+def oracle_world(engine: Engine) -> dict:
+    """The reference's worlds for ``engine``, made from its seed alone (no torch), keyed by
+    endpoint ``(group, stage)``: per group a head and a tail canary buffer of random non-zero
+    bytes (the group's pool size), the group's KV pool (one flat source of random non-zero
+    bytes) as the tail's source and none for the head, and the sweep on the tail's buffer and
+    source; one empty ring of random rows and one write index for all, and each endpoint's
+    counters at 0."""
     c = engine.config
     rng = np.random.default_rng(c.seed + 1)
-    kv = rng.integers(1, 256, (c.num_slots, KV_BYTES)).astype(np.uint8)
-    return reference.CanaryState(
-        canary_buf=rng.integers(1, 256, (c.num_slots, reference.CANARY_SLOT_BYTES)).astype(
-            np.uint8
-        ),
-        kernel_kind=reference.CanaryLaunchTag.HEAD_K_FULL,
-        violation_ring=rng.integers(1, 2**62, (RING_CAPACITY, reference.VIOLATION_FIELDS)).astype(
-            np.int64
-        ),
-        violation_write_index=np.zeros(1, dtype=np.int32),
-        slot_run_counter=np.zeros(1, dtype=np.int64),
-        kernel_run_counter=np.zeros(1, dtype=np.int64),
-        real_kv_sources=(reference.Source(kv, 1, KV_BYTES, KV_BYTES),),
-        real_kv_hash_mode=c.mode,
-        enable_chain_position_assert=np.ones(1, dtype=np.int32),
-    )
+    ring = rng.integers(1, 2**62, (RING_CAPACITY, reference.VIOLATION_FIELDS)).astype(np.int64)
+    index = np.zeros(1, dtype=np.int32)
+    past: list = []
+    states = {}
+    for group in c.groups:
+        n = c.group_slots(group)
+        kv = rng.integers(1, 256, (n, KV_BYTES)).astype(np.uint8)
+        pool = (reference.Source(kv, 1, KV_BYTES, KV_BYTES),)
+        for stage in STAGES:
+            buf = rng.integers(1, 256, (n, reference.CANARY_SLOT_BYTES)).astype(np.uint8)
+            states[(group, stage)] = reference.CanaryState(
+                canary_buf=buf,
+                kernel_kind=TAGS[(group, stage)],
+                violation_ring=ring,
+                violation_write_index=index,
+                slot_run_counter=np.zeros(1, dtype=np.int64),
+                kernel_run_counter=np.zeros(1, dtype=np.int64),
+                real_kv_sources=pool if stage == "TAIL" else (),
+                real_kv_hash_mode=c.mode,
+                enable_chain_position_assert=np.ones(1, dtype=np.int32),
+                past_capacity=past,
+            )
+        tail = states[(group, "TAIL")]
+        states[(group, SWEEP)] = dataclasses.replace(
+            tail,
+            kernel_kind=TAGS[(group, SWEEP)],
+            slot_run_counter=np.zeros(1, dtype=np.int64),
+            kernel_run_counter=np.zeros(1, dtype=np.int64),
+        )
+    return states
 
 
 class OracleRun(ReferenceSide):
-    """The reference side of an engine's history: the world of :func:`oracle_world` and the
+    """The reference side of an engine's history: the worlds of :func:`oracle_world` and the
     engine's expected-token pool."""
 
-    def __init__(self, engine: Engine, state: reference.CanaryState | None = None):
-        super().__init__(oracle_world(engine) if state is None else state, engine.pool)
+    def __init__(self, engine: Engine, states: dict | None = None):
+        super().__init__(oracle_world(engine) if states is None else states, engine.pool)
+
+    def buffers(self) -> dict:
+        """Each endpoint's canary buffer as it is now, keyed by its launch tag."""
+        return {TAGS[key]: state.canary_buf for key, state in self.states.items()}
 
 
 class ImplRun(ImplementationSide):
-    """The implementation side of an engine's history, on ``device``: the world of
-    :func:`oracle_world` as tensors, and the engine's page table, SWA table and pool."""
+    """The implementation side of an engine's history, on ``device``: the worlds of
+    :func:`oracle_world` as tensors (one ring and write index for all; the sweep's world on
+    its tail's buffer and source), and the engine's page table, SWA table and pool."""
 
-    def __init__(self, impl, device, engine: Engine, state: reference.CanaryState):
+    def __init__(self, impl, device, engine: Engine, states: dict):
         c = engine.config
-        world = st_kv.world(
-            sources=(st_kv.layout(rows=c.num_slots, num_bytes_per_token=KV_BYTES),),
-            mode=c.mode,
-            num_slots=c.num_slots,
-            ring_capacity=RING_CAPACITY,
-            chain_assert=1,
-            seed=c.seed,
-        )
-        made = st_kv.materialize_world(world, device)
-        # the same first contents as the reference's
-        made.canary_buf.copy_(torch.from_numpy(state.canary_buf))
-        made.violation_ring.copy_(torch.from_numpy(state.violation_ring))
-        made.violation_write_index.zero_()
-        made.slot_run_counter.zero_()
-        made.kernel_run_counter.zero_()
-        made.sources[0].tensor.copy_(torch.from_numpy(state.real_kv_sources[0].data))
+        worlds: dict = {}
+        shared = None
+        for (group, stage), state in states.items():
+            if stage == SWEEP:
+                continue
+            n = c.group_slots(group)
+            sources = (
+                (st_kv.layout(rows=n, num_bytes_per_token=KV_BYTES),) if stage == "TAIL" else ()
+            )
+            world = st_kv.world(
+                sources=sources, mode=c.mode, num_slots=n, ring_capacity=RING_CAPACITY,
+                chain_assert=1, seed=c.seed, kernel_kind=int(state.kernel_kind),
+            )  # fmt: skip
+            made = st_kv.materialize_world(world, device)
+            made.canary_buf.copy_(torch.from_numpy(state.canary_buf))
+            made.slot_run_counter.zero_()
+            made.kernel_run_counter.zero_()
+            if sources:
+                made.sources[0].tensor.copy_(torch.from_numpy(state.real_kv_sources[0].data))
+            if shared is None:
+                shared = made
+                made.violation_ring.copy_(torch.from_numpy(state.violation_ring))
+                made.violation_write_index.zero_()
+            made.violation_ring = shared.violation_ring
+            made.violation_write_index = shared.violation_write_index
+            worlds[(group, stage)] = made
+        for group in c.groups:
+            tail = worlds[(group, "TAIL")]
+            worlds[(group, SWEEP)] = dataclasses.replace(
+                tail,
+                world=dataclasses.replace(tail.world, kernel_kind=int(TAGS[(group, SWEEP)])),
+                slot_run_counter=torch.zeros_like(tail.slot_run_counter),
+                kernel_run_counter=torch.zeros_like(tail.kernel_run_counter),
+            )
         super().__init__(
-            impl, device, made, pool=engine.pool, table=engine.req_to_token, lut=engine.lut
+            impl, device, worlds, pool=engine.pool, table=engine.req_to_token, lut=engine.lut
         )
 
 
@@ -116,15 +170,24 @@ def missing(dues: list[Due], rows: np.ndarray, fault: Fault) -> list[str]:
     """The dues no row of ``rows`` meets, as lines."""
     out = []
     for due in dues:
+        tagged = [r for r in rows if not due.tags or int(r[KIND]) in due.tags]
         if due.slot == -1:  # any slot of the fault's, any of the bits
-            ok = any(int(r[SLOT]) in fault.slots and int(r[BITS]) & due.bits for r in rows)
+            ok = any(int(r[SLOT]) in fault.slots and int(r[BITS]) & due.bits for r in tagged)
         elif due.exact:
-            ok = any(int(r[SLOT]) == due.slot and int(r[BITS]) == due.bits for r in rows)
+            ok = any(int(r[SLOT]) == due.slot and int(r[BITS]) == due.bits for r in tagged)
         else:
-            ok = any(int(r[SLOT]) == due.slot and int(r[BITS]) & due.bits == due.bits for r in rows)
+            ok = any(
+                int(r[SLOT]) == due.slot and int(r[BITS]) & due.bits == due.bits for r in tagged
+            )
         if not ok:
+            where = (
+                " by " + " or ".join(reference.CanaryLaunchTag(t).name for t in sorted(due.tags))
+                if due.tags
+                else ""
+            )
             out.append(
-                f"no report at slot {due.slot} with bits {fail_bits_name(due.bits)} ({fault.what})"
+                f"no report at slot {due.slot} with bits {fail_bits_name(due.bits)}{where} "
+                f"({fault.what})"
             )
     return out
 
@@ -153,8 +216,8 @@ def warm_up(engine: Engine, run) -> None:
 def inject_and_settle(
     engine: Engine, oracle: OracleRun, kind: str, pick: int, byte: int, run, flip=None
 ):
-    """Make a fault of class ``kind`` (``flip(slot, byte)`` changes the implementation's KV
-    too), run :data:`SETTLE` through ``run``, and judge the reports by what the class predicts
+    """Make a fault of class ``kind`` (``flip(group, slot, byte)`` changes the
+    implementation's KV too), run :data:`SETTLE` through ``run``, and judge the reports by what the class predicts
     (:mod:`strategies.faults`): ``(fault, problems, first)`` with ``first`` the number of steps
     after the fault until the first report (None: none), or None when the engine has no place
     for the fault or too few free pages to settle."""
@@ -164,7 +227,7 @@ def inject_and_settle(
     if fault is None:
         return None
     cls = faults.FAULTS[kind]
-    due = cls.due(engine, fault, oracle.state.canary_buf)
+    due = cls.due(engine, fault, oracle.buffers())
     if fault.flip is not None:
         oracle.flip(*fault.flip)
         if flip is not None:

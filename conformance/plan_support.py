@@ -31,7 +31,7 @@ from conformance.driver import (
 )
 from conformance.support import import_impl_lines
 from strategies.batches import EngineBatch, ScatterBatch, distinct_values
-from strategies.engine import KV_BYTES, Forward
+from strategies.engine import KV_BYTES, Forward, GroupLaunch
 from strategies.faults import REQ_TO_TOKEN
 
 __all__ = [
@@ -314,17 +314,24 @@ def pipeline_forwards(batch: EngineBatch, change: TableChange | None = None) -> 
             kv_token_id_vs_position_offset=0,
         ).slots.shape[0]  # fmt: skip
         plan = dict(inputs, prefix_lens=prefix, extend_seq_lens=extend, req_to_token=table.copy())
-        plan["full_to_swa_index_mapping"] = None if lut is None else lut.copy()
+        window = plan.pop("swa_window_size")
+        plan.pop("full_to_swa_index_mapping")
+        ids, positions, slots = write_arrays(batch, table, lut, prefix, extend)
         write = dict(
-            zip(
-                ("input_ids", "positions", "out_cache_loc"),
-                write_arrays(batch, table, lut, prefix, extend),
-            )
-        )
-        write.update(
+            input_ids=ids,
+            positions=positions,
             enable_write_input_assert=False,
             expected_input_tokens=None,
             expected_input_positions=None,
+        )
+        group = GroupLaunch(
+            group="FULL",
+            swa_window_size=window,
+            full_to_swa_index_mapping=None if lut is None else lut.copy(),
+            verify_capacity=max(1, need),
+            out_cache_loc=slots,
+            kv_slots=np.zeros(0, np.int64),
+            kv_bytes=np.zeros((0, KV_BYTES), np.uint8),
         )
         forwards.append(
             Forward(
@@ -333,11 +340,10 @@ def pipeline_forwards(batch: EngineBatch, change: TableChange | None = None) -> 
                 if step == 0 and a.req_to_verify_expected_tokens is not None
                 else None,
                 plan=plan,
-                verify_capacity=max(1, need),
                 write_req_capacity=batch.write_req_capacity,
                 write=write,
-                kv_slots=np.zeros(0, np.int64),
-                kv_bytes=np.zeros((0, KV_BYTES), np.uint8),
+                groups=(group,),
+                stages=("TAIL",),
             )
         )
     return forwards
@@ -355,10 +361,10 @@ def run_pipeline(impl, device, batch: EngineBatch, *, change: TableChange | None
     a = batch.arrays()
     pool = a.req_to_verify_expected_tokens
     oracle = ReferenceSide(made.reference_state(), pool)
-    first = forwards[0].plan
+    first = forwards[0]
     implementation = ImplementationSide(
-        impl, device, made, pool=pool, table=first["req_to_token"],
-        lut=first["full_to_swa_index_mapping"],
+        impl, device, made, pool=pool, table=first.plan["req_to_token"],
+        lut=first.groups[0].full_to_swa_index_mapping,
     )  # fmt: skip
     config = describe_batch(batch)
     index_before_last = 0

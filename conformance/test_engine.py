@@ -40,7 +40,7 @@ class EngineMachine(stateful.RuleBasedStateMachine):
     def start(self, config):
         self.engine = Engine(config)
         self.oracle = OracleRun(self.engine)
-        self.run_impl = ImplRun(self.impl, self.device, self.engine, self.oracle.state)
+        self.run_impl = ImplRun(self.impl, self.device, self.engine, self.oracle.states)
         # a running start: requests prefilled and decoding, one sharing a cached prefix, and a
         # cached prefix no request uses
         warm_up(self.engine, self._run)
@@ -143,7 +143,7 @@ def test_each_fault_class_is_reported_where_it_predicts(impl, device, kind, conf
     """After a short engine history, a fault of each class is reported at the slot and with the reason its class predicts, in the hash modes that can see it, and not at all in the others."""
     engine = Engine(config)
     oracle = OracleRun(engine)
-    run_impl = ImplRun(impl, device, engine, oracle.state)
+    run_impl = ImplRun(impl, device, engine, oracle.states)
 
     def run(step):
         run_step(

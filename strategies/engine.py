@@ -10,8 +10,10 @@ cache, and turns each step of a history into exactly the launches the engine mak
 - a prefix cache that keeps the page-aligned prefix of every finished request and lets a new
   request share it;
 - an optional sliding window (``swa_window > 0``): every full slot has an SWA slot through the
-  full-to-SWA table, and a position that leaves its request's window is evicted (its table
-  entry set to 0, its SWA slot freed for reuse);
+  full-to-SWA table, in an SWA pool smaller than the full pool (``swa_slots``), and a position
+  that leaves its request's window is evicted (its table entry set to 0, its SWA slot freed
+  for reuse); when the SWA pool runs short, cached positions no request uses lose their SWA
+  slots first, as SGLang's SWA cache evicts under pressure;
 - an optional EAGLE offset (``offset = 1``): the KV of position ``pos`` holds token
   ``pos + offset``.
 
@@ -27,6 +29,15 @@ the position as prefix and write one token), the write's arrays with the token o
 expected inputs, and the KV bytes the forward writes into every written slot (distinct and
 non-zero). A sweep returns a :class:`Sweep`.
 
+A forward is bracketed as SGLang brackets it (``srt/kv_canary/single_forward_manager/``): for
+each buffer group (:data:`FULL`, and :data:`SWA` under a window) the plan, then a ``HEAD``
+verify and write on the group's head buffer without real-KV sources, the forward's KV stores,
+then a ``TAIL`` verify and write on its tail buffer with the group's KV pool as source. A
+:class:`Forward` holds one :class:`GroupLaunch` per group: the group's window and full-to-SWA
+table for its plan, its verify capacity, the write's ``out_cache_loc`` as the group's canary
+slots (SGLang's SWA endpoint translates the full slots through the table) and the KV the
+forward stores in the group's pool. A sweep verifies each group's tail buffer.
+
 The faults an engine can make, SGLang's self-test perturbations plus two allocator bugs, are
 the fault classes of :mod:`strategies.faults`, each one object that makes its fault in an
 :class:`Engine` and says what it must cause.
@@ -37,6 +48,8 @@ arrays, so a failing history's steps repeat it exactly.
 
 from __future__ import annotations
 
+import dataclasses
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,17 +61,30 @@ from reference import REQ_POOL_IDX_PADDING, RealKvHashMode, window_starts
 from strategies.sizes import check_int
 
 __all__ = [
+    "FULL",
+    "GROUPS",
     "KV_BYTES",
+    "STAGES",
+    "SWA",
     "Engine",
     "EngineConfig",
     "Forward",
+    "GroupLaunch",
     "Sweep",
+    "SweepGroup",
     "engine_configs",
     "pick_from",
 ]
 
 #: Bytes of KV per slot (one flat uint8 source row per slot).
 KV_BYTES = 32
+#: The buffer groups: ``FULL`` (window 0, the full pool's slots) and ``SWA`` (the window, the
+#: SWA pool's slots through the full-to-SWA table), SGLang's ``PoolKind``.
+FULL, SWA = "FULL", "SWA"
+GROUPS = (FULL, SWA)
+#: The launches of a forward on each group's buffers, in order: ``HEAD`` (before the forward,
+#: no real-KV sources) and ``TAIL`` (after it, the group's KV pool as source).
+STAGES = ("HEAD", "TAIL")
 
 
 def pick_from(items: list, pick: int) -> Any:
@@ -73,11 +99,12 @@ class EngineConfig:
     ``num_pages`` pages of ``page_size`` slots (page 0 is padding), ``pool_rows`` rows of
     ``req_to_token`` (row 0 is padding) of ``context_len`` positions each, a sliding window of
     ``swa_window`` positions (0: full attention), the EAGLE ``offset`` (0 or 1), the canary's
-    ``mode`` (real_kv_hash_mode: 0 NONE, 1 PARTIAL, 2 ALL) and the ``seed`` of every token, KV
-    byte and stale value::
+    ``mode`` (real_kv_hash_mode: 0 NONE, 1 PARTIAL, 2 ALL), the ``seed`` of every token, KV
+    byte and stale value, and under a window the ``swa_slots`` of the SWA pool (slot 0 the
+    padding slot; 0: as many as the full pool)::
 
         EngineConfig(page_size=2, num_pages=16, pool_rows=5, context_len=16, swa_window=6,
-                     offset=1, mode=1, seed=7)
+                     offset=1, mode=1, seed=7, swa_slots=20)
     """
 
     page_size: int = 1  # slots of a page
@@ -88,6 +115,7 @@ class EngineConfig:
     offset: int = 0  # the EAGLE offset, 0 or 1
     mode: int = int(RealKvHashMode.ALL)  # real_kv_hash_mode: 0 NONE, 1 PARTIAL, 2 ALL
     seed: int = 1  # of every token, KV byte and stale value
+    swa_slots: int = 0  # slots of the SWA pool under a window (0: those of the full pool)
 
     def __post_init__(self) -> None:
         check_int("page_size", self.page_size, 1)
@@ -95,13 +123,27 @@ class EngineConfig:
         check_int("pool_rows", self.pool_rows, 2)
         check_int("context_len", self.context_len, 2)
         check_int("swa_window", self.swa_window, 0)
+        check_int("swa_slots", self.swa_slots, 0)
+        if self.swa_slots and not 2 <= self.swa_slots <= self.num_slots:
+            raise ValueError(f"swa_slots must be 0 or 2 to num_slots: {self!r}")
         if self.offset not in (0, 1) or self.mode not in tuple(RealKvHashMode):
             raise ValueError(f"offset must be 0 or 1 and mode 0, 1 or 2: {self!r}")
 
     @property
     def num_slots(self) -> int:
-        """Slots of the full pool, and of the SWA pool and the canary buffer."""
+        """Slots of the full pool and of the ``FULL`` group's canary buffers."""
         return self.num_pages * self.page_size
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """The buffer groups a forward launches on: ``FULL``, and ``SWA`` under a window."""
+        return (FULL, SWA) if self.swa_window else (FULL,)
+
+    def group_slots(self, group: str) -> int:
+        """Slots of a group's pool and canary buffers."""
+        if group == SWA:
+            return self.swa_slots or self.num_slots
+        return self.num_slots
 
 
 @st.composite
@@ -122,21 +164,31 @@ def engine_configs(
     """
     page_size = draw(st.sampled_from((1, 2, 4)), label="page_size")
     context_len = draw(st.integers(max(4, page_size * 2), max_context_len), label="context_len")
-    return EngineConfig(
-        page_size=page_size,
-        num_pages=draw(
-            st.integers(
-                max(4, -(-min_slots // page_size)), max(4, max_pages, -(-min_slots // page_size))
-            ),
-            label="num_pages",
+    num_pages = draw(
+        st.integers(
+            max(4, -(-min_slots // page_size)), max(4, max_pages, -(-min_slots // page_size))
         ),
+        label="num_pages",
+    )
+    swa_window = draw(st.sampled_from((0, 0, 3, 5)), label="swa_window")
+    config = EngineConfig(
+        page_size=page_size,
+        num_pages=num_pages,
         pool_rows=draw(st.integers(3, max(3, max_rows)), label="pool_rows"),
         context_len=context_len,
-        swa_window=draw(st.sampled_from((0, 0, 3, 5)), label="swa_window"),
+        swa_window=swa_window,
         offset=draw(st.sampled_from((0, 1)), label="offset"),
         mode=draw(st.sampled_from(modes), label="mode"),
         seed=draw(st.integers(0, 2**16), label="seed"),
     )
+    if not swa_window:
+        return config
+    # an SWA pool from a third of the full pool up: room for a whole row and a page, so
+    # windows evict under pressure without starving the engine
+    num_slots = num_pages * page_size
+    least = min(num_slots, max(num_slots // 3, context_len + 2 * page_size))
+    swa_slots = draw(st.integers(least, num_slots), label="swa_slots")
+    return dataclasses.replace(config, swa_slots=swa_slots)
 
 
 @dataclass
@@ -158,31 +210,72 @@ class _CacheEntry:
 
 
 @dataclass(frozen=True)
+class GroupLaunch:
+    """One buffer group's part of a forward: its ``group`` (:data:`FULL` or :data:`SWA`), the
+    window and full-to-SWA table its plan takes (SGLang's ``invoke_plan``: window 0 and no table
+    for ``FULL``), its verify plan's capacity, the write's ``out_cache_loc`` as the group's
+    canary slots, and the KV the forward stores in the group's pool (``kv_slots``,
+    ``kv_bytes``)."""
+
+    group: str
+    swa_window_size: int
+    full_to_swa_index_mapping: np.ndarray | None
+    verify_capacity: int
+    out_cache_loc: np.ndarray
+    kv_slots: np.ndarray
+    kv_bytes: np.ndarray
+
+    def plan_arguments(self) -> dict:
+        """The plan kernel's keywords this group decides."""
+        return dict(
+            swa_window_size=self.swa_window_size,
+            full_to_swa_index_mapping=self.full_to_swa_index_mapping,
+        )
+
+
+@dataclass(frozen=True)
 class Forward:
     """One forward step's launches, as numpy arrays: ``scatter`` (the keywords of
     ``launch_scatter_req_token_ids_kernel`` but the pool, or None), ``plan`` (the keywords of
-    ``launch_canary_plan_kernels`` but the two plans and the expected-token pool), the
-    capacities of the two plans, ``write`` (the keywords of ``launch_canary_write_kernel`` but
-    the context and the plan, the input assert's flag included), and the KV every written canary slot gets (``kv_slots``,
-    ``kv_bytes``)."""
+    ``launch_canary_plan_kernels`` that every group shares: SGLang's ``PlanInput``, the page
+    table and the EAGLE offset), the write plan's capacity, ``write`` (the keywords of
+    ``launch_canary_write_kernel`` but the context, the plan and ``out_cache_loc``, the input
+    assert's flag included), ``groups`` (one :class:`GroupLaunch` per buffer group, in launch
+    order) and ``stages``: the launches each group makes (``("HEAD", "TAIL")`` as an engine
+    brackets a forward; ``("TAIL",)`` for a world of one buffer)."""
 
     kind: str
     scatter: dict | None
     plan: dict
-    verify_capacity: int
     write_req_capacity: int
     write: dict
-    kv_slots: np.ndarray
-    kv_bytes: np.ndarray
+    groups: tuple[GroupLaunch, ...]
+    stages: tuple[str, ...] = STAGES
+
+    def group(self, name: str) -> GroupLaunch:
+        return next(g for g in self.groups if g.group == name)
+
+
+@dataclass(frozen=True)
+class SweepGroup:
+    """One group's verify of every slot the prefix cache holds: canary slots (0: evicted from
+    the SWA pool, which verify skips), positions, previous slots (-1: the anchor)."""
+
+    group: str
+    slots: np.ndarray
+    positions: np.ndarray
+    prev_slots: np.ndarray
 
 
 @dataclass(frozen=True)
 class Sweep:
-    """A verify of every slot the prefix cache holds: canary slots, positions, previous slots."""
+    """A cache sweep: one :class:`SweepGroup` per buffer group, each verifying its tail
+    buffer."""
 
-    slots: np.ndarray
-    positions: np.ndarray
-    prev_slots: np.ndarray
+    groups: tuple[SweepGroup, ...]
+
+    def group(self, name: str) -> SweepGroup:
+        return next(g for g in self.groups if g.group == name)
 
 
 class Engine:
@@ -211,7 +304,7 @@ class Engine:
         self.lut: np.ndarray | None = None
         if c.swa_window:
             self.lut = np.zeros(n_slots, dtype=np.int64)
-            swa = list(range(1, n_slots))
+            swa = list(range(1, c.group_slots(SWA)))
             self.rng.shuffle(swa)
             self.free_swa: list[int] = swa
         self.running: dict[int, _Request] = {}
@@ -219,9 +312,12 @@ class Engine:
         self.cache: list[_CacheEntry] = []
         self.last_written: list[tuple[int, int]] = []  # (request, position) of the last forward
         #: a fault of how a forward stores its KV (``strategies.faults``): called with each
-        #: forward's canary slots and KV bytes, it returns them as the forward stores them, or
-        #: None while the forward does not make the store it changes; used once
-        self.store_fault: Callable[[np.ndarray, np.ndarray], tuple | None] | None = None
+        #: group's name, the slots of the group's pool the forward stores and their KV bytes,
+        #: it returns them as the forward stores them, or None while the forward does not make
+        #: the store it changes; used once
+        self.store_fault: Callable[[str, np.ndarray, np.ndarray], tuple | None] | None = None
+        #: how often each situation the suite counts came about (``strategies.engine`` names)
+        self.events: Counter[str] = Counter()
         self.steps = 0
         self.log: list[str] = []
 
@@ -236,12 +332,17 @@ class Engine:
         page: int = req.pages[pos // self.config.page_size]
         return page * self.config.page_size + pos % self.config.page_size
 
-    def canary_slot(self, full: int) -> int:
-        """The canary slot of a full-pool slot: itself, or its SWA slot (0: evicted)."""
-        return int(full) if self.lut is None else int(self.lut[full])
+    def group_slot(self, group: str, full: int) -> int:
+        """A full-pool slot's canary slot in ``group``: itself in ``FULL``, its SWA slot in
+        ``SWA`` (0: evicted)."""
+        if group == SWA:
+            assert self.lut is not None
+            return int(self.lut[full])
+        return int(full)
 
-    def window_start(self, prefix: int) -> int:
-        w = self.config.swa_window
+    def window_start(self, prefix: int, group: str = SWA) -> int:
+        """The first position a group's verify reads of a row with ``prefix`` written."""
+        w = self.config.swa_window if group == SWA else 0
         return max(0, prefix - w) if w else 0
 
     def will_run(self, req: _Request) -> bool:
@@ -253,25 +354,47 @@ class Engine:
     def pending(self, req: _Request) -> int:
         return len(req.tokens) - self.config.offset - req.written
 
-    def _alloc_page(self) -> int | None:
-        if not self.free_pages:
+    def _page_slots(self, page: int) -> range:
+        p = self.config.page_size
+        return range(page * p, (page + 1) * p)
+
+    def _swa_room(self, pages: list[int]) -> bool:
+        """Whether the SWA pool has a slot for every slot of ``pages`` that has none (a page
+        freed while in use keeps its SWA slots), after taking the SWA slots of cached
+        positions no request uses, oldest first, as SGLang's SWA cache evicts under
+        pressure."""
+        if self.lut is None:
+            return True
+        need = sum(1 for page in pages for s in self._page_slots(page) if not self.lut[s])
+        for entry in list(self.cache):
+            if len(self.free_swa) >= need:
+                break
+            for full in self.cached_full_slots(entry):
+                if self.lut[full] and not self.req_refs[full // self.config.page_size]:
+                    self._evict_slots([full])
+                    self.events["swa slot of a cached position evicted under pressure"] += 1
+        return len(self.free_swa) >= need
+
+    def _alloc_pages(self, n: int) -> list[int] | None:
+        """``n`` pages, each with its SWA slots, or None (nothing taken) when the pools lack
+        them."""
+        if n > len(self.free_pages) or not self._swa_room(self.free_pages[:n]):
             return None
-        page = self.free_pages.pop(0)
-        self.req_refs[page] += 1
-        if self.lut is not None:
-            for s in range(page * self.config.page_size, (page + 1) * self.config.page_size):
-                if not self.lut[s]:  # a page freed while in use keeps its SWA slots
-                    self.lut[s] = self.free_swa.pop(0)
-        return page
+        pages = [self.free_pages.pop(0) for _ in range(n)]
+        for page in pages:
+            self.req_refs[page] += 1
+            if self.lut is not None:
+                for s in self._page_slots(page):
+                    if not self.lut[s]:
+                        self.lut[s] = self.free_swa.pop(0)
+        return pages
 
     def _release(self, page: int, *, cache: bool) -> None:
         refs = self.cache_refs if cache else self.req_refs
         refs[page] = max(0, refs[page] - 1)
         if self.req_refs[page] == 0 and self.cache_refs[page] == 0 and page not in self.free_pages:
             self.free_pages.append(page)
-            self._evict_slots(
-                range(page * self.config.page_size, (page + 1) * self.config.page_size)
-            )
+            self._evict_slots(self._page_slots(page))
 
     def _evict_slots(self, slots) -> None:
         if self.lut is None:
@@ -357,7 +480,7 @@ class Engine:
     def _forward(self, kind: str, rows, pad: int) -> Forward | None:
         """One forward step of ``kind`` over ``rows``, ``(request, tokens to write)``, and
         ``pad`` padding rows: the pages allocated, the batch laid out (padding rows anywhere),
-        the launches' arrays made, then the engine moved past the forward."""
+        the launches' arrays made per buffer group, then the engine moved past the forward."""
         batch = self._allocate(rows)
         if not batch:
             return None
@@ -366,25 +489,39 @@ class Engine:
         written = self._written_tokens(batch)
         order = self.rng.permutation(len(batch) + pad)  # padding rows stand anywhere in the batch
         lens = {name: value[order] for name, value in lens.items()}
-        ids, positions, slots, expected = self._in_plan_order(batch, order, written)
+        ids, positions, full_slots, expected = self._in_plan_order(batch, order, written)
         live = [batch[i][0] for i in order if i < len(batch)]
-        kv_slots, kv_bytes = self._stored(slots.copy(), self._kv(slots.shape[0]))
+        groups = []
+        for group in self.config.groups:
+            slots = np.asarray([self.group_slot(group, s) for s in full_slots], dtype=np.int64)
+            kv_slots, kv_bytes = self._stored(group, slots.copy(), self._kv(slots.shape[0]))
+            window = self.config.swa_window if group == SWA else 0
+            groups.append(
+                GroupLaunch(
+                    group=group,
+                    swa_window_size=window,
+                    full_to_swa_index_mapping=(
+                        None if group == FULL or self.lut is None else self.lut.copy()
+                    ),
+                    verify_capacity=self._verify_capacity(lens, group),
+                    out_cache_loc=slots,
+                    kv_slots=kv_slots,
+                    kv_bytes=kv_bytes,
+                )
+            )
         forward = Forward(
             kind=kind,
             scatter=self._scatter(live),
             plan=self._plan_inputs(lens),
-            verify_capacity=self._verify_capacity(lens),
             write_req_capacity=len(batch) + pad,
             write=dict(
                 input_ids=ids,
                 positions=positions,
-                out_cache_loc=slots,
                 expected_input_tokens=expected,
                 expected_input_positions=positions.copy(),
                 enable_write_input_assert=True,
             ),
-            kv_slots=kv_slots,
-            kv_bytes=kv_bytes,
+            groups=tuple(groups),
         )
         self._after_forward(batch)
         self.log.append(
@@ -394,11 +531,11 @@ class Engine:
         )
         return forward
 
-    def _stored(self, slots: np.ndarray, kv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The canary slots and KV bytes the forward stores: those it writes, unless a store
-        fault changes them."""
+    def _stored(self, group: str, slots: np.ndarray, kv: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The slots of ``group``'s pool and the KV bytes the forward stores there: those it
+        writes, unless a store fault changes them."""
         if self.store_fault is not None:
-            stored = self.store_fault(slots, kv)
+            stored = self.store_fault(group, slots, kv)
             if stored is not None:
                 self.store_fault = None
                 return stored
@@ -406,42 +543,47 @@ class Engine:
 
     def _allocate(self, rows) -> list[tuple[_Request, int]]:
         """The rows that run, ``(request, tokens it writes)``, each with the pages it needs
-        allocated; a row past its context or without enough free pages waits, and so does a
-        row that would race a row before it (:meth:`_writes_and_seed`)."""
+        allocated; a row past its context or without enough free pages (or SWA slots) waits,
+        and so does a row that would race a row before it (:meth:`_writes_and_seed`)."""
         c = self.config
         batch = []
-        written: set[int] = set()
-        seeds: set[int] = set()
+        written: dict[str, set[int]] = {g: set() for g in c.groups}
+        seeds: dict[str, set[int]] = {g: set() for g in c.groups}
         for req, e in rows:
             e = min(e, c.context_len - req.written)
             need = (req.written + e + c.page_size - 1) // c.page_size - len(req.pages)
-            if e <= 0 or need > len(self.free_pages):
+            if e <= 0:
                 continue
-            for _ in range(need):
-                page = self._alloc_page()
-                assert page is not None
-                req.pages.append(page)
-            slots, seed = self._writes_and_seed(req, e)
-            if slots & (written | seeds) or seed & written:
+            pages = self._alloc_pages(max(0, need))
+            if pages is None:
+                continue
+            req.pages += pages
+            mine = {g: self._writes_and_seed(req, e, g) for g in c.groups}
+            if any(
+                slots & (written[g] | seeds[g]) or seed & written[g]
+                for g, (slots, seed) in mine.items()
+            ):
+                self.events["a write that would race another row waits"] += 1
                 continue  # keeps its pages; runs in a later forward
-            written |= slots
-            seeds |= seed
+            for g, (slots, seed) in mine.items():
+                written[g] |= slots
+                seeds[g] |= seed
             batch.append((req, e))
         return batch
 
-    def _writes_and_seed(self, req: _Request, e: int) -> tuple[set[int], set[int]]:
-        """The canary slots a row writes and the slot its write seeds from (none from the
-        anchor). A write launch in which two rows write one slot, or one writes another's
-        seed, has no defined result (CONTRACT §6; on a GPU the writes race) and the suite
-        never makes one; only a fault that hands a page in use to another request
+    def _writes_and_seed(self, req: _Request, e: int, group: str) -> tuple[set[int], set[int]]:
+        """The canary slots of ``group`` a row writes and the slot its write seeds from (none
+        from the anchor). A write launch in which two rows write one slot, or one writes
+        another's seed, has no defined result (CONTRACT §6; on a GPU the writes race) and the
+        suite never makes one; only a fault that hands a page in use to another request
         (``freed_while_referenced``) or names another request's slot brings two rows so close."""
         slots = {
-            self.canary_slot(self.full_slot(req, pos))
+            self.group_slot(group, self.full_slot(req, pos))
             for pos in range(req.written, req.written + e)
         }
         seed = set()
         if req.written > 0:
-            seed.add(self.canary_slot(int(self.req_to_token[req.row, req.written - 1])))
+            seed.add(self.group_slot(group, int(self.req_to_token[req.row, req.written - 1])))
         return slots - {0}, seed - {0}
 
     def _batch_rows(self, kind: str, batch, pad: int) -> dict[str, np.ndarray]:
@@ -459,7 +601,7 @@ class Engine:
         return {"rows": rows, "prefix": prefix, "extend": extend, "valid": valid}
 
     def _written_tokens(self, batch) -> list[np.ndarray]:
-        """The token, the token oracle's token, the position and the canary slot of every
+        """The token, the token oracle's token, the position and the full-pool slot of every
         position the batch writes, request by request; the page table names each slot now."""
         c = self.config
         ids, positions, slots, expected = [], [], [], []
@@ -470,7 +612,7 @@ class Engine:
                 ids.append(req.tokens[pos + c.offset])
                 expected.append(req.truth[pos + c.offset])
                 positions.append(pos)
-                slots.append(self.canary_slot(full))
+                slots.append(full)
         return [np.asarray(x, dtype=np.int64) for x in (ids, positions, slots, expected)]
 
     @staticmethod
@@ -492,25 +634,24 @@ class Engine:
         )
 
     def _plan_inputs(self, lens: dict[str, np.ndarray]) -> dict:
-        """The plan kernel's arguments but the plans, their capacity and the pool: SGLang's
-        ``PlanInput``, over copies of the page table and the full-to-SWA table as they are now."""
-        c = self.config
+        """The plan kernel's arguments every group shares: SGLang's ``PlanInput``, over a copy of
+        the page table as it is now, and the EAGLE offset."""
         return dict(
             req_pool_indices=lens["rows"],
             prefix_lens=lens["prefix"],
             extend_seq_lens=lens["extend"],
             req_to_token=self.req_to_token.copy(),
-            swa_window_size=c.swa_window,
-            full_to_swa_index_mapping=None if self.lut is None else self.lut.copy(),
             req_to_verify_expected_tokens_valid_lens=lens["valid"],
-            kv_token_id_vs_position_offset=c.offset,
+            kv_token_id_vs_position_offset=self.config.offset,
         )
 
-    def _verify_capacity(self, lens: dict[str, np.ndarray]) -> int:
-        """The verify plan's capacity: every entry of every running row's window, at least 1."""
+    def _verify_capacity(self, lens: dict[str, np.ndarray], group: str) -> int:
+        """A group's verify plan capacity: every entry of every running row's window (the
+        whole prefix in ``FULL``), at least 1."""
         live = lens["rows"] != REQ_POOL_IDX_PADDING
         prefix = np.where(live, lens["prefix"], 0)
-        return max(1, int((prefix - window_starts(prefix, self.config.swa_window)).sum()))
+        window = self.config.swa_window if group == SWA else 0
+        return max(1, int((prefix - window_starts(prefix, window)).sum()))
 
     def _after_forward(self, batch) -> None:
         """After the forward: positions written, next tokens sampled, SWA windows slide."""
@@ -593,30 +734,40 @@ class Engine:
         return entry.length
 
     def sweep(self) -> Sweep | None:
-        """Every slot the cache holds, as a verify plan's entries (translated, like SGLang's
-        radix sweep; an evicted SWA slot is 0, which verify skips)."""
-        slots, positions, prevs = [], [], []
+        """Every slot the cache holds, as each group's verify plan entries (translated, like
+        SGLang's radix sweep; an evicted SWA slot is 0, which verify skips)."""
+        full, positions = [], []
         for entry in self.cache:
-            full = self.cached_full_slots(entry)
-            slots += [self.canary_slot(s) for s in full]
+            full.append(self.cached_full_slots(entry))
             positions += list(range(entry.length))
-            prevs += [-1] + [self.canary_slot(s) for s in full[:-1]]
-        if not slots:
+        if not full:
             return None
         self.steps += 1
-        self.log.append(f"sweep: {len(slots)} cached slots")
-        return Sweep(*(np.asarray(x, dtype=np.int64) for x in (slots, positions, prevs)))
+        self.log.append(f"sweep: {len(positions)} cached slots")
+        groups = []
+        for group in self.config.groups:
+            slots = [self.group_slot(group, s) for run in full for s in run]
+            prevs = [
+                p for run in full for p in [-1] + [self.group_slot(group, s) for s in run[:-1]]
+            ]
+            groups.append(
+                SweepGroup(
+                    group, *(np.asarray(x, dtype=np.int64) for x in (slots, positions, prevs))
+                )
+            )
+        return Sweep(tuple(groups))
 
     # -- what the suite asks ------------------------------------------------------------------
 
-    def slots_of(self, entries) -> frozenset:
-        """The canary slots the given ``(request, position)`` pairs are written in now."""
+    def slots_of(self, entries, group: str = FULL) -> frozenset:
+        """The canary slots of ``group`` the given ``(request, position)`` pairs are written in
+        now (an evicted SWA slot is left out)."""
         out = set()
         for rid, pos in entries:
             req = self.running.get(rid)
             if req is not None and pos < req.written:
-                out.add(self.canary_slot(self.full_slot(req, pos)))
-        return frozenset(out)
+                out.add(self.group_slot(group, self.full_slot(req, pos)))
+        return frozenset(out - {0})
 
     def describe(self) -> str:
         c = self.config

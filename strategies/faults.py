@@ -5,9 +5,12 @@ A fault class says, in one place, everything the suite knows of it: its one-line
 :class:`strategies.engine.Engine` (:meth:`~FaultClass.make`: at the place ``pick`` chooses
 among those the next step can see, changing the engine's state, and returning a :class:`Fault`),
 and which reports it predicts in each hash mode: :meth:`~FaultClass.due`, judged when it is
-made, from the records the reference holds then, and :meth:`~FaultClass.due_after_settle`, what
-only the steps after it can tell (the slots a swapped token is written to), or that nothing is
-promised (the fault left the sliding window unseen).
+made, from the records the reference's buffers hold then, and
+:meth:`~FaultClass.due_after_settle`, what only the steps after it can tell (the slots a swapped
+token is written to), or that nothing is promised (the fault left the sliding window unseen).
+Each :class:`Due` names the launches that must report it, by launch tag: a forward verifies and
+writes each buffer group's ``HEAD`` buffer (no real-KV source) and ``TAIL`` buffer (the group's
+KV pool), and a sweep verifies the tail buffer under ``SWEEP`` (:mod:`strategies.engine`).
 
 :data:`FAULTS` is the registry: SGLang's five self-test perturbations
 (``sglang/srt/kv_canary/perturb/``), then two allocator bugs and two of the forward's KV store. The engine histories of the suite
@@ -24,7 +27,7 @@ import numpy as np
 
 import reference
 from reference import CanaryField, FailReason, RealKvHashMode
-from strategies.engine import KV_BYTES, Engine, pick_from
+from strategies.engine import FULL, KV_BYTES, SWA, Engine, pick_from
 
 __all__ = [
     "FAULTS",
@@ -34,6 +37,7 @@ __all__ = [
     "READ_BYTES",
     "REQ_TO_TOKEN",
     "UNSEEABLE",
+    "tags",
     "Due",
     "Fault",
     "FaultClass",
@@ -47,32 +51,44 @@ READ_BYTES = {
     RealKvHashMode.ALL: KV_BYTES,
 }
 CHAIN = FailReason.VERIFY_CHAIN_HASH_MISMATCH
+REAL_KV = FailReason.VERIFY_REAL_KV_HASH_MISMATCH
 POSITION = FailReason.VERIFY_POSITION_MISMATCH
 TOKEN = FailReason.VERIFY_TOKEN_MISMATCH
+
+
+def tags(group: str, *stages: str) -> frozenset:
+    """The launch tags of a group's endpoints at ``stages`` (``HEAD``, ``TAIL``, ``SWEEP``;
+    the K half, as SGLang runs by default)."""
+    return frozenset(int(reference.CanaryLaunchTag[f"{stage}_K_{group}"]) for stage in stages)
 
 
 @dataclass(frozen=True)
 class Fault:
     """A fault the engine model made: its class (``kind``), the KV byte to flip (``flip``:
-    canary slot and byte, or None), the canary ``slots`` a report may name, the ``entries``
-    ``(request, position)`` whose next verify or write reads what it changed, and ``what``, the
-    fault in words."""
+    group, slot of the group's pool and byte, or None), the canary ``slots`` a report may name
+    (in the group the fault's predictions name), the ``entries`` ``(request, position)`` whose
+    next verify or write reads what it changed, ``what``, the fault in words, and ``group``,
+    the buffer group whose pool or records it changes (``FULL`` for the page table's faults,
+    which both groups read)."""
 
     kind: str
-    flip: tuple[int, int] | None
+    flip: tuple[str, int, int] | None
     slots: frozenset
     entries: tuple
     what: str
+    group: str = FULL
 
 
 @dataclass(frozen=True)
 class Due:
-    """A report a fault must cause: a ring row naming ``slot`` (-1: any of the fault's
-    ``slots``) whose bits hold ``bits`` (-1 slot: any of them; ``exact``: are exactly ``bits``)."""
+    """A report a fault must cause: a ring row stamped with one of ``tags`` (empty: any launch)
+    naming ``slot`` (-1: any of the fault's ``slots``) whose bits hold ``bits`` (-1 slot: any
+    of them; ``exact``: are exactly ``bits``)."""
 
     slot: int
     bits: int
     exact: bool = False
+    tags: frozenset = frozenset()
 
 
 #: What a fault must cause, judged when it is made: ``(reports, silent)``: every :class:`Due`
@@ -98,9 +114,9 @@ class FaultClass:
         changes one); None when the engine has no place the next step can see."""
         raise NotImplementedError
 
-    def due(self, engine: Engine, fault: Fault, canary_buf: np.ndarray) -> Prediction | None:
+    def due(self, engine: Engine, fault: Fault, buffers: dict) -> Prediction | None:
         """The reports ``fault`` must cause in the engine's hash mode, judged right after it was
-        made, with ``canary_buf`` the reference's canary buffer then."""
+        made, with ``buffers`` the reference's canary buffers then, keyed by launch tag."""
         raise NotImplementedError
 
     def due_after_settle(self, engine: Engine, fault: Fault) -> list[Due] | None:
@@ -117,34 +133,39 @@ class FaultClass:
 
 
 class _KvByte(FaultClass):
-    """A byte of one slot's KV changes: reported at that slot with ``REAL_KV`` when the mode
-    reads the byte, by the next verify that reads the slot; nothing at all where it does not."""
+    """A byte of one slot's KV changes, in the pool of the group ``pick`` chooses (SGLang's
+    ``target_group_kind``): reported at that slot with ``REAL_KV`` when the mode reads the byte,
+    by the group's next ``TAIL`` verify or sweep that reads the slot (``HEAD`` launches have no
+    real-KV source); nothing at all where the mode does not read it."""
 
     changes_kv = True
     flips_byte = True
 
-    def places(self, engine: Engine) -> list[tuple[int, str]]:
-        """``(canary slot, where it is in words)`` of every place the fault may take."""
+    def places(self, engine: Engine, group: str) -> list[tuple[int, str]]:
+        """``(slot of the group's pool, where it is in words)`` of every place the fault may
+        take in ``group``."""
         raise NotImplementedError
 
     def make(self, engine, pick, byte):
-        place = pick_from(self.places(engine), pick)
+        places = [(g, *place) for g in engine.config.groups for place in self.places(engine, g)]
+        place = pick_from(places, pick)
         if place is None:
             return None
-        slot, where = place
-        what = f"{self.name}: byte {byte} of slot {slot} ({where})"
-        return Fault(self.name, (slot, byte), frozenset({slot}), (), what)
+        group, slot, where = place
+        what = f"{self.name}: byte {byte} of {group} slot {slot} ({where})"
+        return Fault(self.name, (group, slot, byte), frozenset({slot}), (), what, group)
 
-    def due(self, engine, fault, canary_buf):
+    def due(self, engine, fault, buffers):
         assert fault.flip is not None
-        slot, byte = fault.flip
+        group, slot, byte = fault.flip
         if byte >= READ_BYTES[RealKvHashMode(engine.config.mode)]:
             return [], True
-        return [Due(slot, FailReason.VERIFY_REAL_KV_HASH_MISMATCH)], False
+        return [Due(slot, REAL_KV, tags=tags(group, "TAIL", "SWEEP"))], False
 
     def due_after_settle(self, engine, fault):
         assert fault.flip is not None
-        if engine.lut is not None and fault.flip[0] not in engine.lut:
+        group, slot, _ = fault.flip
+        if group == SWA and slot not in engine.lut:
             return None  # the slot left the window before a verify could see it
         return []
 
@@ -155,10 +176,10 @@ class KvUsed(_KvByte):
     name = "kv_used"
     description = "a KV byte of a slot in use changes"
 
-    def places(self, engine):
+    def places(self, engine, group):
         return [
-            (engine.canary_slot(engine.full_slot(r, p)), f"request {r.rid}, position {p}")
-            for r, p in verified_next(engine)
+            (engine.group_slot(group, engine.full_slot(r, p)), f"request {r.rid}, position {p}")
+            for r, p in verified_next(engine, group)
         ]
 
 
@@ -169,14 +190,14 @@ class KvPostForward(_KvByte):
     name = "kv_post_forward"
     description = "a KV byte changes after the write that fingerprinted it"
 
-    def places(self, engine):
+    def places(self, engine, group):
         just = set(engine.last_written)
         return [
             (
-                engine.canary_slot(engine.full_slot(r, p)),
+                engine.group_slot(group, engine.full_slot(r, p)),
                 f"request {r.rid}, position {p}, just written",
             )
-            for r, p in verified_next(engine)
+            for r, p in verified_next(engine, group)
             if (r.rid, p) in just
         ]
 
@@ -188,11 +209,11 @@ class KvUnusedCache(_KvByte):
     name = "kv_unused_cache"
     description = "a KV byte of a cached slot no request uses changes"
 
-    def places(self, engine):
-        places: dict[int, int] = {}  # canary slot -> cached position, slots no request uses
+    def places(self, engine, group):
+        places: dict[int, int] = {}  # slot -> cached position, slots no request uses
         for entry in engine.cache:
             for pos, full in enumerate(engine.cached_full_slots(entry)):
-                slot = engine.canary_slot(full)
+                slot = engine.group_slot(group, full)
                 if engine.req_refs[full // engine.config.page_size] == 0 and slot:
                     places.setdefault(slot, pos)
         return [
@@ -212,32 +233,37 @@ def _record(canary_buf: np.ndarray, slot: int) -> np.ndarray:
 
 class _TableFault(FaultClass):
     """An entry of the page table names a slot another position wrote: reported at that slot
-    with ``CHAIN``, ``POSITION`` and ``TOKEN`` for the fields in which its record differs from
-    the one it replaced, and not at all when the records are equal (harmless). Under a sliding
-    window nothing is promised: the entry may leave the window before a verify reads it."""
+    by the ``FULL`` group's next ``HEAD`` and ``TAIL`` verifies, each with ``CHAIN``,
+    ``POSITION`` and ``TOKEN`` for the fields in which its buffer's record differs from the one
+    it replaced, and not at all when the records are equal (harmless). The ``SWA`` group reads
+    the entry only while it is in the window, and through the full-to-SWA table: nothing is
+    promised of it (and under a window nothing at all when the ``FULL`` records are equal)."""
 
-    def due(self, engine, fault, canary_buf):
-        if engine.config.swa_window:
-            return None
+    def due(self, engine, fault, buffers):
         dues = []
         for rid, pos in fault.entries:  # the first changed entry of each row
             req = engine.running[rid]
             new = int(engine.req_to_token[req.row, pos])
-            old, now = _record(canary_buf, engine.full_slot(req, pos)), _record(canary_buf, new)
-            bits = 0
-            for field, bit in (
-                (CanaryField.PREV_HASH, CHAIN),
-                (CanaryField.POSITION, POSITION),
-                (CanaryField.TOKEN, TOKEN),
-            ):
-                bits |= int(bit) if old[field] != now[field] else 0
-            if bits:
-                dues.append(Due(new, bits, exact=True))
+            for stage in ("HEAD", "TAIL"):
+                (tag,) = tags(FULL, stage)
+                buf = buffers[tag]
+                old, now = _record(buf, engine.full_slot(req, pos)), _record(buf, new)
+                bits = 0
+                for field, bit in (
+                    (CanaryField.PREV_HASH, CHAIN),
+                    (CanaryField.POSITION, POSITION),
+                    (CanaryField.TOKEN, TOKEN),
+                ):
+                    bits |= int(bit) if old[field] != now[field] else 0
+                if bits:
+                    dues.append(Due(new, bits, exact=True, tags=frozenset({tag})))
+        if not dues and engine.config.swa_window:
+            return None
         return dues, not dues
 
     def _made(self, engine: Engine, full_slots, entries: tuple, what: str) -> Fault:
-        slots = frozenset(engine.canary_slot(s) for s in full_slots)
-        return Fault(self.name, None, slots, entries, f"{self.name}: {what}")
+        return Fault(self.name, None, frozenset(int(s) for s in full_slots), entries,
+                     f"{self.name}: {what}")  # fmt: skip
 
 
 class ReqToToken(_TableFault):
@@ -253,7 +279,7 @@ class ReqToToken(_TableFault):
         table[row, position] = slot
 
     def make(self, engine, pick, byte):
-        places = verified_next(engine)
+        places = verified_next(engine, FULL)
         place = pick_from(places, pick)
         if place is None:
             return None
@@ -264,9 +290,7 @@ class ReqToToken(_TableFault):
                 engine.full_slot(r, p)
                 for r in engine.running.values()
                 for p in range(r.written)
-                if r.rid != req.rid
-                and engine.full_slot(r, p) != old
-                and engine.canary_slot(engine.full_slot(r, p))
+                if r.rid != req.rid and engine.full_slot(r, p) != old
             }
         )
         new = pick_from(others, pick // max(1, len(places)))
@@ -286,11 +310,7 @@ class PageSwap(_TableFault):
 
     def make(self, engine, pick, byte):
         p = engine.config.page_size
-        pages = [
-            (req, pos)
-            for req, pos, _ in page_heads(engine)
-            if pos + p <= req.written and pos >= engine.window_start(req.written)
-        ]
+        pages = [(req, pos) for req, pos, _ in page_heads(engine) if pos + p <= req.written]
         pairs = [
             (a, b)
             for i, a in enumerate(pages)
@@ -320,8 +340,9 @@ class PageSwap(_TableFault):
 class FreedWhileReferenced(_TableFault):
     """A page of a running request goes back to the allocator, which hands it to another
     request that writes it: reported at a slot of that page with ``CHAIN``, ``POSITION`` or
-    ``TOKEN`` by the next verify of its first owner (which slot is known only once the settle
-    wrote it); under a sliding window nothing is promised."""
+    ``TOKEN`` by the ``FULL`` group's next ``HEAD`` and ``TAIL`` verifies of its first owner
+    (which slot is known only once the settle wrote it); nothing is promised of the ``SWA``
+    group, whose window may have left the page."""
 
     name = "freed_while_referenced"
     description = "a page in use is freed and handed to another request"
@@ -342,17 +363,18 @@ class FreedWhileReferenced(_TableFault):
         what = f"page {page} (request {req.rid} positions {pos}..{pos + p - 1}) freed while in use"
         return self._made(engine, range(page * p, (page + 1) * p), ((req.rid, pos),), what)
 
-    def due(self, engine, fault, canary_buf):
-        return None if engine.config.swa_window else ([], False)
+    def due(self, engine, fault, buffers):
+        return [], False
 
     def due_after_settle(self, engine, fault):
-        return [Due(-1, CHAIN | POSITION | TOKEN)]
+        bits = CHAIN | POSITION | TOKEN
+        return [Due(-1, bits, tags=tags(FULL, stage)) for stage in ("HEAD", "TAIL")]
 
 
 class NextTokenSwap(FaultClass):
     """``perturb/next_token_swap.py``: two requests' sampled next tokens are swapped, so each
-    writes the other's token: reported by the write of each, with ``WRITE_TOKEN``, in every
-    mode, at the slots the settle writes them to."""
+    writes the other's token: reported by the ``HEAD`` and the ``TAIL`` write of each, in every
+    group, with ``WRITE_TOKEN``, in every mode, at the slots the settle writes them to."""
 
     name = "next_token_swap"
     description = "two requests' sampled tokens are swapped"
@@ -379,12 +401,15 @@ class NextTokenSwap(FaultClass):
             f"{self.name}: requests {a.rid} and {b.rid} swap their sampled tokens",
         )  # fmt: skip
 
-    def due(self, engine, fault, canary_buf):
+    def due(self, engine, fault, buffers):
         return [], False  # the slots are known once written: see due_after_settle
 
     def due_after_settle(self, engine, fault):
         return [
-            Due(slot, FailReason.WRITE_TOKEN_MISMATCH) for slot in engine.slots_of(fault.entries)
+            Due(slot, FailReason.WRITE_TOKEN_MISMATCH, tags=tags(group, stage))
+            for group in engine.config.groups
+            for slot in sorted(engine.slots_of(fault.entries, group))
+            for stage in ("HEAD", "TAIL")
         ]
 
 
@@ -393,39 +418,41 @@ class NextTokenSwap(FaultClass):
 
 
 class _StoreFault(FaultClass):
-    """The forward's KV store goes wrong; what the canary can see of it is the slots whose KV
-    changed after their records were written. A store fault the settle's forwards never made
-    promises nothing."""
+    """The forward's KV store into one group's pool (the group ``pick`` chooses) goes wrong;
+    what the canary can see of it is the slots whose KV changed after their records were
+    written. A store fault the settle's forwards never made promises nothing."""
 
     def due_after_settle(self, engine, fault):
         if engine.store_fault is not None:
             engine.store_fault = None  # the store never came: nothing happened
             return None
-        if engine.lut is not None and not set(fault.slots) <= set(engine.lut.tolist()):
+        if fault.group == SWA and not set(fault.slots) <= set(engine.lut.tolist()):
             return None  # the slot left the window before a verify could see it
         return []
 
 
 class MisdirectedStore(_StoreFault):
-    """The first KV store of the next forward lands in a slot another position wrote, not in
-    the slot the plan names (a forward that scatters to a stale ``out_cache_loc``): reported
-    at that slot with ``REAL_KV`` by its next verify, when the mode reads the bytes (a whole
-    row of fresh bytes: ``PARTIAL`` and ``ALL``); never in ``NONE``. The slot the store missed
-    keeps its old bytes, which its write fingerprints as they are: it stays silent."""
+    """The first KV store of the next forward into a group's pool lands in a slot another
+    position wrote, not in the slot the plan names (a forward that scatters to a stale
+    ``out_cache_loc``): reported at that slot with ``REAL_KV`` by the group's next ``TAIL``
+    verify or sweep that reads it, when the mode reads the bytes (a whole row of fresh bytes:
+    ``PARTIAL`` and ``ALL``); never in ``NONE``. The slot the store missed keeps its old bytes,
+    which its ``TAIL`` write fingerprints as they are: it stays silent."""
 
     name = "misdirected_store"
     description = "a forward stores a token's KV in a slot another position wrote"
     changes_kv = True
 
     def make(self, engine, pick, byte):
-        place = pick_from(verified_next(engine), pick)
+        places = [(g, r, p) for g in engine.config.groups for r, p in verified_next(engine, g)]
+        place = pick_from(places, pick)
         if place is None:
             return None
-        req, pos = place
-        victim = engine.canary_slot(engine.full_slot(req, pos))
+        group, req, pos = place
+        victim = engine.group_slot(group, engine.full_slot(req, pos))
 
-        def store(slots: np.ndarray, kv: np.ndarray):
-            if not slots.size or slots[0] == victim:
+        def store(name: str, slots: np.ndarray, kv: np.ndarray):
+            if name != group or not slots.size or slots[0] == victim:
                 return None
             slots = slots.copy()
             slots[0] = victim
@@ -433,23 +460,23 @@ class MisdirectedStore(_StoreFault):
 
         engine.store_fault = store
         what = (
-            f"{self.name}: the next forward's first KV store lands in slot {victim} "
-            f"(request {req.rid}, position {pos})"
+            f"{self.name}: the next forward's first KV store into the {group} pool lands in "
+            f"slot {victim} (request {req.rid}, position {pos})"
         )
-        return Fault(self.name, None, frozenset({victim}), ((req.rid, pos),), what)
+        return Fault(self.name, None, frozenset({victim}), ((req.rid, pos),), what, group)
 
-    def due(self, engine, fault, canary_buf):
+    def due(self, engine, fault, buffers):
         if engine.config.mode == RealKvHashMode.NONE:
             return [], True
         (victim,) = fault.slots
-        return [Due(victim, FailReason.VERIFY_REAL_KV_HASH_MISMATCH)], False
+        return [Due(victim, REAL_KV, tags=tags(fault.group, "TAIL", "SWEEP"))], False
 
 
 class DroppedStore(_StoreFault):
-    """The forward never stores the KV of a request's next position: the slot keeps the bytes
-    it held, and the write after the forward fingerprints those bytes, so the record agrees
-    with them. No mode can see it: the canary checks that a slot's KV is what was there when
-    its record was written, not that the model stored it."""
+    """The forward never stores the KV of a request's next position in a group's pool: the
+    slot keeps the bytes it held, and the ``TAIL`` write after the forward fingerprints those
+    bytes, so the record agrees with them. No mode can see it: the canary checks that a slot's
+    KV is what was there when its record was written, not that the model stored it."""
 
     name = "dropped_store"
     description = "a forward drops the KV store of a token it writes"
@@ -460,17 +487,21 @@ class DroppedStore(_StoreFault):
 
     def make(self, engine, pick, byte):
         ready = [
-            r for r in sorted(engine.running.values(), key=lambda r: r.rid) if engine.will_run(r)
+            (g, r)
+            for g in engine.config.groups
+            for r in sorted(engine.running.values(), key=lambda r: r.rid)
+            if engine.will_run(r)
         ]
-        req = pick_from(ready, pick)
-        if req is None:
+        place = pick_from(ready, pick)
+        if place is None:
             return None
+        group, req = place
         pos = req.written
 
-        def store(slots: np.ndarray, kv: np.ndarray):
-            if pos >= len(req.pages) * engine.config.page_size:
+        def store(name: str, slots: np.ndarray, kv: np.ndarray):
+            if name != group or pos >= len(req.pages) * engine.config.page_size:
                 return None
-            target = engine.canary_slot(engine.full_slot(req, pos))
+            target = engine.group_slot(group, engine.full_slot(req, pos))
             hits = np.flatnonzero(slots == target)
             if not hits.size:
                 return None
@@ -478,29 +509,33 @@ class DroppedStore(_StoreFault):
             return slots[keep], kv[keep]
 
         engine.store_fault = store
-        what = f"{self.name}: request {req.rid} position {pos} is written without its KV"
-        return Fault(self.name, None, frozenset(), ((req.rid, pos),), what)
+        what = (
+            f"{self.name}: request {req.rid} position {pos} is written without its KV in the "
+            f"{group} pool"
+        )
+        return Fault(self.name, None, frozenset(), ((req.rid, pos),), what, group)
 
-    def due(self, engine, fault, canary_buf):
+    def due(self, engine, fault, buffers):
         return [], True
 
 
-def verified_next(engine: Engine) -> list:
+def verified_next(engine: Engine, group: str = FULL) -> list:
     """``(request, position)`` of every written position the next forward of its request
-    verifies (inside the window the request will have then): where a fault is seen next."""
+    verifies in ``group`` (the whole prefix in ``FULL``, the window it will have then in
+    ``SWA``, where the slot is not evicted): where a fault is seen next."""
     out = []
     for req in sorted(engine.running.values(), key=lambda r: r.rid):
         if not engine.will_run(req):
             continue
-        for pos in range(engine.window_start(req.written), req.written):
-            if engine.canary_slot(engine.full_slot(req, pos)):
+        for pos in range(engine.window_start(req.written, group), req.written):
+            if engine.group_slot(group, engine.full_slot(req, pos)):
                 out.append((req, pos))
     return out
 
 
 def page_heads(engine: Engine) -> list:
-    """``(request, position, page)`` of each place of :func:`verified_next` that is the first
-    position of its page."""
+    """``(request, position, page)`` of each place of :func:`verified_next` in ``FULL`` that is
+    the first position of its page."""
     p = engine.config.page_size
     return [(req, pos, req.pages[pos // p]) for req, pos in verified_next(engine) if pos % p == 0]
 

@@ -36,40 +36,55 @@ BITS = tuple(FAIL_BIT_NAMES.items())
 
 
 def trial_config(kind: str, mode: int, trial: int) -> EngineConfig:
-    """The engine of one trial: the options cycle over the trials, the seed is the trial's."""
+    """The engine of one trial: the options cycle over the trials, the seed is the trial's;
+    under a window the SWA pool has 40 of the full pool's 64 slots."""
+    window = (0, 5)[trial // 3 % 2]
     return EngineConfig(
         page_size=(1, 2, 4)[trial % 3],
         num_pages=64 // (1, 2, 4)[trial % 3],
         pool_rows=6,
         context_len=16,
-        swa_window=(0, 5)[trial // 3 % 2],
+        swa_window=window,
         offset=(0, 1)[trial // 6 % 2],
         mode=int(mode),
         seed=1000 * FAULT_KINDS.index(kind) + trial,
+        swa_slots=40 if window else 0,
     )
 
 
-def trial(kind: str, mode: int, index: int) -> tuple[int | None, int, list[str]] | None:
-    """One history: ``(steps until the first report or None, the reported bits, problems)``,
-    or None when the history had no place for the fault."""
+#: SGLang's own perturbations flip byte 0 of a slot's K row (``perturb/utils.py``).
+SGLANG_BYTE = 0
+
+
+def trial(
+    kind: str, mode: int, index: int, byte: int | None = None
+) -> tuple[int | None, int, list[str], str] | None:
+    """One history: ``(steps until the first report or None, the reported bits, problems, the
+    stage whose launch reported first)``, or None when the history had no place for the fault.
+    ``byte``: the KV byte a fault changes (None: drawn from 0 to 31)."""
     engine = Engine(trial_config(kind, mode, index))
     oracle = OracleRun(engine)
     warm_up(engine, oracle.forward_or_sweep)
     if oracle.index:
-        return None, 0, [f"{oracle.index} reports before the fault"]
+        return None, 0, [f"{oracle.index} reports before the fault"], ""
     rng = np.random.default_rng(index)
     since = oracle.index
+    pick, drawn = int(rng.integers(0, 2**10)), int(rng.integers(0, KV_BYTES))
     made = inject_and_settle(
-        engine, oracle, kind, int(rng.integers(0, 2**10)), int(rng.integers(0, KV_BYTES)),
-        oracle.forward_or_sweep,
-    )  # fmt: skip
+        engine, oracle, kind, pick, drawn if byte is None else byte, oracle.forward_or_sweep
+    )
     if made is None:
         return None
     _, problems, first = made
+    rows = oracle.rows(since)
     bits = 0
-    for row in oracle.rows(since):
+    for row in rows:
         bits |= int(row[reference.ViolationField.FAIL_REASON_BITS])
-    return first, bits, problems
+    stage = ""
+    if len(rows):
+        tag = reference.CanaryLaunchTag(int(rows[0][reference.ViolationField.KERNEL_KIND]))
+        stage = tag.name.split("_")[0]
+    return first, bits, problems, stage
 
 
 #: The random continuation: scheduler events after the fault, and how often the cache is swept.
@@ -131,13 +146,14 @@ def cell(results) -> str:
     reasons = Counter(name for r in seen for bit, name in BITS if r[1] & bit)
     top = "/".join(name for name, _ in reasons.most_common(2))
     when = f"step {steps[0]}" if steps[0] == steps[-1] else f"steps {steps[0]}-{steps[-1]}"
-    return f"{len(seen)} of {len(made)}, {when}, {top}"
+    stages = "/".join(sorted({r[3] for r in seen}, key=("HEAD", "TAIL", "SWEEP").index))
+    return f"{len(seen)} of {len(made)}, {when} {stages}, {top}"
 
 
 def render() -> tuple[str, list[str]]:
     """The document and the problems met (a due report missing, a report on a correct history)."""
     problems = []
-    rows, serving_rows = [], []
+    rows, serving_rows, sglang_rows = [], [], []
     for kind in FAULT_KINDS:
         cells = []
         for mode in RealKvHashMode:
@@ -147,6 +163,15 @@ def render() -> tuple[str, list[str]]:
                     problems += [f"{kind}, {MODES[mode]}: {p}" for p in r[2]]
             cells.append(cell(results))
         rows.append(f"| `{kind}`: {FAULTS[kind].description} | " + " | ".join(cells) + " |")
+        if FAULTS[kind].flips_byte:
+            sglang = []
+            for mode in RealKvHashMode:
+                results = [trial(kind, mode, i, SGLANG_BYTE) for i in range(TRIALS)]
+                for r in results:
+                    if r is not None:
+                        problems += [f"{kind}, {MODES[mode]}, byte 0: {p}" for p in r[2]]
+                sglang.append(cell(results))
+            sglang_rows.append(f"| `{kind}` | " + " | ".join(sglang) + " |")
         served = [
             serving_cell([serving(kind, mode, i) for i in range(TRIALS)]) for mode in RealKvHashMode
         ]
@@ -161,10 +186,15 @@ date. Do not edit by hand.
 Each cell: in how many of {TRIALS} engine histories the fault was reported (histories with no
 place for it are not counted), the steps after the fault until the first report (the settle:
 a fresh request is admitted; 1 prefill, 2 decode, 3 prefill, 4 decode, 5 the cache sweep; a
-step with nothing to run is not counted), and the most frequent reasons. The first table runs the
-settle right after the fault; the second lets the server go on. The histories cycle
-over pages of 1, 2 and 4 slots, with and without a sliding window of 5 and the EAGLE offset;
-the KV byte a fault changes is drawn from 0 to 31 of a slot's 32 bytes. Without a fault, no
+step with nothing to run is not counted), the launches that reported first (`HEAD`: a
+forward's verify or write on a group's head buffer, before the forward, with no real-KV
+source; `TAIL`: on its tail buffer after the forward, with the group's KV pool; `SWEEP`: the
+cache sweep), and the most frequent reasons. The first table runs the settle right after the
+fault; the second lets the server go on; the third repeats the first with SGLang's own
+mechanics for the faults that flip a KV byte. The histories cycle over pages of 1, 2 and 4
+slots, with and without a sliding window of 5 (then both buffer groups run: `FULL` over the
+64-slot pool, `SWA` over a 40-slot pool) and the EAGLE offset; the KV byte a fault changes is
+drawn from 0 to 31 of a slot's 32 bytes, in the pool of either group. Without a fault, no
 history reports anything.
 
 | fault | `NONE` | `PARTIAL` | `ALL` |
@@ -183,6 +213,18 @@ reads it goes unreported: these cells count how often that happens.
 |---|---|---|---|
 """
         + "\n".join(serving_rows)
+        + f"""
+
+With SGLang's own mechanics. SGLang's self-test perturbations (`real_kv_used`,
+`real_kv_post_forward`, `real_kv_unused_cache`) flip byte {SGLANG_BYTE} of a slot's K row,
+inside the 16 bytes `PARTIAL` reads; the same histories as the first table, with that byte.
+This is the answer an engine team running SGLang's self-test gets; the first table's drawn
+byte answers how often a change anywhere in a slot's bytes is seen.
+
+| fault | `NONE` | `PARTIAL` | `ALL` |
+|---|---|---|---|
+"""
+        + "\n".join(sglang_rows)
         + """
 
 Reading it for `--kv-canary-real-data`:
@@ -195,6 +237,9 @@ Reading it for `--kv-canary-real-data`:
 - A KV store that lands in the wrong slot is seen at the slot it overwrote (a whole row of
   fresh bytes: `PARTIAL` sees it too); the slot it missed keeps its old bytes, and its write
   fingerprints them as they are.
+- A changed KV byte is found by a `TAIL` launch or the sweep, never by a `HEAD` launch, which
+  has no real-KV source; a changed page table, a freed page or a swapped token is found first
+  by the `HEAD` launches of the next forward, before the forward runs on it.
 - A dropped KV store is never seen, in any mode: a write fingerprints the bytes a slot holds
   after the forward, so the record agrees with the stale bytes. The canary tells that a slot's
   KV changed after its record was written, not that the forward stored the right bytes.

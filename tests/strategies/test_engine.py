@@ -5,16 +5,18 @@ step can see them, and the same calls give the same arrays."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import hypothesis.strategies as st
 import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from conformance.engine_support import OracleRun, warm_up
-from reference import RealKvHashMode
+from conformance.engine_support import TAGS, OracleRun, inject_and_settle, missing, settle, warm_up
+from reference import FailReason, RealKvHashMode, ViolationField
 from strategies import faults
-from strategies.engine import Engine, EngineConfig, Forward, engine_configs
-from strategies.faults import FAULT_KINDS
+from strategies.engine import FULL, SWA, Engine, EngineConfig, Forward, engine_configs
+from strategies.faults import FAULT_KINDS, Due, tags
 
 OPS = st.lists(
     st.tuples(
@@ -64,15 +66,28 @@ def check_invariants(engine: Engine) -> None:
         assert len(mapped) == len(set(mapped.tolist())), "an SWA slot mapped twice"
         assert not set(mapped.tolist()) & set(engine.free_swa), "a mapped SWA slot is free"
         assert 0 not in engine.free_swa
+        assert len(mapped) + len(engine.free_swa) == c.group_slots(SWA) - 1, "an SWA slot lost"
+        assert (engine.lut < c.group_slots(SWA)).all(), "an SWA slot past the SWA pool"
 
 
 def check_forward(engine: Engine, forward: Forward) -> None:
-    slots = forward.write["out_cache_loc"]
-    assert len(set(slots.tolist())) == slots.shape[0], "a step writes one slot twice"
-    assert (slots > 0).all()
+    c = engine.config
+    assert [g.group for g in forward.groups] == list(c.groups)
+    assert forward.stages == ("HEAD", "TAIL")
+    for group in forward.groups:
+        slots = group.out_cache_loc
+        assert slots.shape == forward.write["input_ids"].shape
+        assert len(set(slots.tolist())) == slots.shape[0], "a step writes one slot twice"
+        assert ((slots > 0) & (slots < c.group_slots(group.group))).all()
+        assert (group.kv_bytes != 0).all()
+        assert len({bytes(row) for row in group.kv_bytes}) == group.kv_bytes.shape[0]
+        assert (group.swa_window_size, group.full_to_swa_index_mapping is None) == (
+            (c.swa_window, False) if group.group == SWA else (0, True)
+        )
+    if c.swa_window:  # the SWA group writes the SWA slots of the full slots the FULL group writes
+        full, swa = forward.group(FULL).out_cache_loc, forward.group(SWA).out_cache_loc
+        assert np.array_equal(forward.group(SWA).full_to_swa_index_mapping[full], swa)
     assert (forward.write["input_ids"] != 0).all()
-    assert (forward.kv_bytes != 0).all()
-    assert len({bytes(row) for row in forward.kv_bytes}) == forward.kv_bytes.shape[0]
     offsets = forward.scatter["offsets"]
     assert offsets[-1] == forward.scatter["flat_in"].shape[0]
 
@@ -102,7 +117,9 @@ def test_the_same_calls_give_the_same_arrays(config, ops):
         for op, a, b in ops:
             out = step(engine, op, a, b)
             if isinstance(out, Forward):
-                arrays += [out.write["out_cache_loc"], out.kv_bytes, out.plan["req_to_token"]]
+                arrays += [out.plan["req_to_token"]] + [
+                    a for g in out.groups for a in (g.out_cache_loc, g.kv_bytes)
+                ]
         runs.append(arrays)
     assert len(runs[0]) == len(runs[1])
     assert all(np.array_equal(x, y) for x, y in zip(*runs))
@@ -129,10 +146,19 @@ def test_a_fault_without_a_place_is_none():
 
 
 @pytest.mark.parametrize(
-    "bad", [dict(page_size=0), dict(num_pages=1), dict(offset=2), dict(mode=3), dict(swa_window=-1)]
+    "bad",
+    [
+        dict(page_size=0),
+        dict(num_pages=1),
+        dict(offset=2),
+        dict(mode=3),
+        dict(swa_window=-1),
+        dict(swa_window=3, swa_slots=1),
+        dict(swa_window=3, num_pages=4, swa_slots=5),
+    ],
 )
 def test_a_config_out_of_range_is_refused(bad):
-    with pytest.raises(Exception, match="page_size|num_pages|offset|swa_window"):
+    with pytest.raises(Exception, match="page_size|num_pages|offset|swa_window|swa_slots"):
         EngineConfig(**bad)
 
 
@@ -174,7 +200,8 @@ def _races_of(engine: Engine, forwards: list[Forward]) -> list[str]:
     return [
         race
         for forward in forwards
-        for race in write_races(oracle.plan(forward)[1], forward.write["out_cache_loc"])
+        for group in forward.groups
+        for race in write_races(oracle.plan(forward, group)[1], group.out_cache_loc)
     ]
 
 
@@ -187,9 +214,9 @@ def test_a_forward_never_makes_a_write_whose_requests_race(monkeypatch):
     engine = Engine(config)
     forwards = _a_freed_page_shared_in_one_decode(engine)
     assert _races_of(engine, forwards) == []
-    assert forwards[-1].write["out_cache_loc"].shape[0] == 1, "one of the two waits"
+    assert forwards[-1].write["input_ids"].shape[0] == 1, "one of the two waits"
 
-    monkeypatch.setattr(Engine, "_writes_and_seed", lambda self, req, e: (set(), set()))
+    monkeypatch.setattr(Engine, "_writes_and_seed", lambda self, req, e, group: (set(), set()))
     unguarded = Engine(config)
     forwards = _a_freed_page_shared_in_one_decode(unguarded)
     races = _races_of(unguarded, forwards)
@@ -234,3 +261,92 @@ def test_each_warm_up_step_runs_under_its_own_label():
     for kind, _, line in labels:
         assert line.startswith(f"{kind}: "), (kind, line)
     assert [steps for _, steps, _ in labels] == [1, 2, 3, 4]
+
+
+WINDOWED = EngineConfig(
+    page_size=2, num_pages=32, pool_rows=6, context_len=16, swa_window=5, swa_slots=40, seed=5
+)
+
+
+def _settled(kind: str, group: str):
+    """A fault of ``kind`` made in ``group`` after the warm-up of a windowed engine, settled on
+    the reference: ``(fault, problems, rows stored since the fault)``."""
+    for pick in range(64):
+        engine = Engine(WINDOWED)
+        oracle = OracleRun(engine)
+        warm_up(engine, oracle.forward_or_sweep)
+        made = inject_and_settle(engine, oracle, kind, pick, 3, oracle.forward_or_sweep)
+        if made is not None and made[0].group == group:
+            return made[0], made[1], oracle.rows(0)
+    raise AssertionError(f"no place for {kind} in {group}")
+
+
+def test_a_kv_byte_changed_in_the_swa_pool_is_reported_by_the_swa_tail_alone():
+    """A forward is bracketed per group: the HEAD launches read no KV, so a KV byte changed in
+    the SWA pool is reported by TAIL_K_SWA (or its sweep) at the SWA slot, and a prediction
+    that named a HEAD launch or the FULL group would fail."""
+    fault, problems, rows = _settled("kv_used", SWA)
+    assert problems == []
+    _, slot, _ = fault.flip
+    kinds = {int(r[ViolationField.KERNEL_KIND]) for r in rows}
+    assert kinds and kinds <= set(tags(SWA, "TAIL", "SWEEP")), kinds
+    assert {int(r[ViolationField.SLOT_IDX]) for r in rows} == {slot}
+    for wrong in (tags(SWA, "HEAD"), tags(FULL, "TAIL")):
+        assert missing(
+            [Due(slot, FailReason.VERIFY_REAL_KV_HASH_MISMATCH, tags=wrong)], rows, fault
+        )
+
+
+def test_a_page_table_fault_under_a_window_is_promised_of_both_full_launches():
+    """The FULL group reads every position of a running request: a changed page-table entry is
+    promised of its HEAD and its TAIL verify even under a window, each with the bits its own
+    buffer's records give."""
+    engine = Engine(WINDOWED)
+    oracle = OracleRun(engine)
+    warm_up(engine, oracle.forward_or_sweep)
+    fault = faults.make(engine, "req_to_token", 5, 0)
+    assert fault is not None
+    dues, silent = faults.FAULTS["req_to_token"].due(engine, fault, oracle.buffers())
+    assert not silent
+    assert {t for d in dues for t in d.tags} == set(tags(FULL, "HEAD", "TAIL"))
+    since = oracle.index
+    settle(engine, oracle.forward_or_sweep)
+    assert missing(dues, oracle.rows(since), fault) == []
+
+
+def test_every_endpoint_stamps_its_own_tag_and_counts_its_own_launches():
+    """One ring for all endpoints; each launch stamps its endpoint's tag and counts in its
+    endpoint's counters: after a forward and a sweep of a windowed engine the HEAD and TAIL
+    endpoints of both groups counted one launch per forward (a verify and a write each), the
+    sweeps one each."""
+    engine = Engine(WINDOWED)
+    oracle = OracleRun(engine)
+    warm_up(engine, oracle.forward_or_sweep)
+    sweep = engine.sweep()
+    assert sweep is not None and [g.group for g in sweep.groups] == [FULL, SWA]
+    oracle.forward_or_sweep(sweep)
+    counts = {key: int(s.kernel_run_counter[0]) for key, s in oracle.states.items()}
+    forwards = engine.steps - 1
+    for group in (FULL, SWA):
+        assert counts[(group, "HEAD")] == counts[(group, "TAIL")] == 2 * forwards, counts
+        assert counts[(group, "SWEEP")] == 1
+    assert {int(s.kernel_kind) for s in oracle.states.values()} == set(TAGS.values())
+    assert oracle.index == 0
+
+
+def test_a_small_swa_pool_evicts_cached_windows_under_pressure():
+    """With an SWA pool a fraction of the full pool, allocation takes the SWA slots of cached
+    positions no request uses, and the engine keeps its invariants (no SWA slot lost or mapped
+    twice)."""
+    config = dataclasses.replace(WINDOWED, swa_slots=22)
+    engine = Engine(config)
+    oracle = OracleRun(engine)
+    for _ in range(6):
+        engine.admit(12)
+        for step in (engine.prefill(16), engine.decode(), engine.sweep()):
+            if step is not None:
+                oracle.forward_or_sweep(step)
+        engine.finish(0)
+        check_invariants(engine)
+    assert engine.events["swa slot of a cached position evicted under pressure"] > 0
+    assert oracle.index == 0

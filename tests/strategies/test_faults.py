@@ -1,5 +1,5 @@
 """strategies.faults: the fault classes are listed in one place. The registry, the class table of
-CONTRACT §15 and both tables of docs/DETECTION.md name the same classes (the detection table in
+CONTRACT §15 and the tables of docs/DETECTION.md name the same classes (the detection table in
 the registry's order, with each class's description), and every class is a whole object."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from strategies.faults import FAULT_KINDS, FAULTS, KV_FAULTS, FaultClass
+from strategies.faults import FAULT_KINDS, FAULTS, KV_BYTE_FAULTS, KV_FAULTS, FaultClass
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,10 +44,11 @@ def test_the_contract_names_every_class_of_the_registry_and_no_other():
 
 
 def test_the_detection_table_has_a_row_per_class_in_the_registrys_order():
-    first, serving = detection_rows()
+    first, serving, sglang = detection_rows()
     assert [name for name, _ in first] == list(FAULT_KINDS)
     assert [name for name, _ in serving] == list(FAULT_KINDS)
     assert [text for _, text in first] == [FAULTS[k].description for k in FAULT_KINDS]
+    assert [name for name, _ in sglang] == list(KV_BYTE_FAULTS)
 
 
 @pytest.mark.parametrize("kind", FAULT_KINDS)
