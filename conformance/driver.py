@@ -44,6 +44,7 @@ __all__ = [
     "assert_same_plans",
     "assert_same_pool",
     "first_plans",
+    "graph_plans",
     "host",
     "launch_name",
     "plan_differences",
@@ -227,6 +228,19 @@ def write_races(plan, out_cache_loc: np.ndarray) -> list[str]:
     return problems
 
 
+def graph_plans(kept: dict, forward: Forward, group: GroupLaunch, allocate):
+    """The plans a step's plan launch fills: new ones from ``allocate()``, or, for a step that
+    replays a captured graph, those ``kept`` from the last replay of the same batch size and
+    group (SGLang allocates a forward's plans inside the graph, so each replay finds what the
+    previous one left)."""
+    if not forward.graph:
+        return allocate()
+    key = (group.group, forward.write_req_capacity, group.verify_capacity)
+    if key not in kept:
+        kept[key] = allocate()
+    return kept[key]
+
+
 #: The launch stages of a buffer group: ``HEAD`` and ``TAIL`` around a forward, and the
 #: ``SWEEP`` of the prefix cache, which verifies the tail buffer under its own tag.
 SWEEP = "SWEEP"
@@ -247,6 +261,7 @@ class ReferenceSide:
             states = {("FULL", "TAIL"): states}
         self.states: dict = states
         self.pool = None if pool is None else pool.copy()
+        self.graph_plans: dict = {}  # a captured graph's plans, kept from replay to replay
 
     @property
     def state(self) -> reference.CanaryState:
@@ -272,7 +287,10 @@ class ReferenceSide:
             reference.scatter(**forward.scatter, pool_out=self.pool)
 
     def plan(self, forward: Forward, group: GroupLaunch):
-        vp, wp = reference_plans(group.verify_capacity, forward.write_req_capacity)
+        vp, wp = graph_plans(
+            self.graph_plans, forward, group,
+            lambda: reference_plans(group.verify_capacity, forward.write_req_capacity),
+        )  # fmt: skip
         reference.plan(
             vp, wp, **forward.plan, **group.plan_arguments(),
             verify_capacity=group.verify_capacity, req_to_verify_expected_tokens=self.pool,
@@ -334,6 +352,7 @@ class ImplementationSide:
         if isinstance(worlds, st_kv.MaterializedWorld):  # one buffer: a plain world
             worlds = {("FULL", "TAIL"): worlds}
         self.impl, self.device, self.worlds = impl, device, worlds
+        self.graph_plans: dict = {}  # a captured graph's plans, kept from replay to replay
         self.contexts = {key: made.context(impl) for key, made in worlds.items()}
         self.pool = self.tensor(pool)
         self.table = self.tensor(table)
@@ -363,9 +382,12 @@ class ImplementationSide:
             )
 
     def plan(self, forward: Forward, group: GroupLaunch):
-        vp, wp = allocate_plans(
-            self.impl, self.device, group.verify_capacity, forward.write_req_capacity
-        )
+        vp, wp = graph_plans(
+            self.graph_plans, forward, group,
+            lambda: allocate_plans(
+                self.impl, self.device, group.verify_capacity, forward.write_req_capacity
+            ),
+        )  # fmt: skip
         args = self._arguments({**forward.plan, **group.plan_arguments()})
         self.table.copy_(torch.from_numpy(forward.plan["req_to_token"]))
         args["req_to_token"] = self.table

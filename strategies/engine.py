@@ -251,6 +251,14 @@ class Forward:
     write: dict
     groups: tuple[GroupLaunch, ...]
     stages: tuple[str, ...] = STAGES
+    #: SGLang's ``ForwardMode`` of the step: ``EXTEND``, ``DECODE``, ``MIXED``, ``IDLE`` or
+    #: ``TARGET_VERIFY``
+    mode: str = "EXTEND"
+    #: whether the step replays a captured CUDA graph: its plans are the buffers the previous
+    #: replay of the same batch size left (``verify_capacity`` fixed by the batch size), its
+    #: padding rows stand at the tail with ``req_pool_indices``, ``positions`` and
+    #: ``out_cache_loc`` zero and stale ``input_ids``
+    graph: bool = False
 
     def group(self, name: str) -> GroupLaunch:
         return next(g for g in self.groups if g.group == name)
@@ -320,6 +328,9 @@ class Engine:
         self.events: Counter[str] = Counter()
         self.steps = 0
         self.log: list[str] = []
+        #: the ``ForwardMode`` that wrote each ``(request, position)`` last
+        self.written_by: dict[tuple[int, int], str] = {}
+        self._drafting: dict[int, tuple[list, list, int]] = {}  # a target verify's drafts
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -458,38 +469,96 @@ class Engine:
         return all(self.lut[full[p]] for p in range(self.window_start(k), k))
 
     def prefill(self, chunk: int) -> Forward | None:
-        """An extend batch: each request with unwritten prompt tokens writes up to ``chunk``."""
-        rows = [
+        """An extend batch (``EXTEND``): each request with unwritten prompt tokens writes up to
+        ``chunk``."""
+        return self._forward("prefill", self._prompt_rows(chunk), pad=0, mode="EXTEND")
+
+    def _prompt_rows(self, chunk: int) -> list:
+        return [
             (r, min(chunk, self.pending(r)))
             for r in self.running.values()
             if not r.decoding and self.pending(r) > 0
         ]
-        return self._forward("prefill", rows, pad=0)
 
-    def decode(self, pad: int = 0) -> Forward | None:
-        """A decode batch of every request that has sampled its next token, and ``pad`` padding
-        rows, as a CUDA graph pads a batch: row 0, a stale prefix and valid length, and the
-        extend length 1 SGLang gives every row of a decode batch."""
-        rows = [
+    def _decode_rows(self) -> list:
+        return [
             (r, 1)
             for r in self.running.values()
             if r.decoding and self.pending(r) == 1 and r.written < self.config.context_len
         ]
-        return self._forward("decode", rows, pad=pad)
 
-    def _forward(self, kind: str, rows, pad: int) -> Forward | None:
-        """One forward step of ``kind`` over ``rows``, ``(request, tokens to write)``, and
-        ``pad`` padding rows: the pages allocated, the batch laid out (padding rows anywhere),
-        the launches' arrays made per buffer group, then the engine moved past the forward."""
+    def decode(self, pad: int = 0, graph: bool = False) -> Forward | None:
+        """A decode batch (``DECODE``) of every request that has sampled its next token, and
+        ``pad`` padding rows: anywhere in the batch with stale lengths and the extend length 1
+        SGLang gives every row of a decode batch, or, replaying a CUDA graph (``graph``), at
+        the tail as SGLang's graph runner pads (``cuda_graph_buffer_registry.py``)."""
+        return self._forward("decode", self._decode_rows(), pad=pad, mode="DECODE", graph=graph)
+
+    def mixed(self, chunk: int) -> Forward | None:
+        """A mixed batch (``MIXED``, SGLang's mixed chunked prefill): the prompt rows of
+        :meth:`prefill` and the decode rows of :meth:`decode` in one extend batch."""
+        rows = self._prompt_rows(chunk) + self._decode_rows()
+        if not any(r.decoding for r, _ in rows):
+            return None
+        return self._forward("mixed", rows, pad=0, mode="MIXED")
+
+    def idle(self, pad: int) -> Forward | None:
+        """An idle step (``IDLE``, as DP attention runs one on a rank with no request): a
+        replayed graph whose ``pad`` rows are all padding."""
+        if pad < 1:
+            return None
+        return self._forward("idle", [], pad=pad, mode="IDLE", graph=True)
+
+    def target_verify(self, drafts: int, accept: int) -> Forward | None:
+        """EAGLE's target verify (``TARGET_VERIFY``): every decoding request writes its
+        sampled token and ``drafts - 1`` draft tokens at the positions past what it wrote
+        (``prefix`` = ``seq_lens``, ``extend`` = ``draft_token_num``, the drafts past the
+        snapshot's valid length); then each accepts the drafts that match the target's tokens,
+        ``accept`` picking how many, takes the target's own token after them, and frees the
+        pages that hold only rejected drafts."""
+        c = self.config
+        if drafts < 2 or c.offset:  # the draft model's canary (offset 1) runs other modes
+            return None
+        rows = [(r, min(drafts, c.context_len - r.written)) for r, _ in self._decode_rows()]
+        rows = [(r, e) for r, e in rows if e >= 2]
+        if not rows:
+            return None
+        self._drafting = {}
+        for i, (req, e) in enumerate(rows):
+            truth = self._fresh(e)  # the target's tokens after the sampled one
+            kept = (accept + i) % e  # drafts accepted, 0 .. e - 1
+            wrong = self._fresh(e)
+            draft = truth[:kept] + wrong[kept : e - 1]
+            self._drafting[req.rid] = (req.tokens[-1:] + draft, truth, kept)
+        forward = self._forward("target_verify", rows, pad=0, mode="TARGET_VERIFY")
+        self._drafting = {}
+        return forward
+
+    def _forward(
+        self, kind: str, rows, pad: int, *, mode: str, graph: bool = False
+    ) -> Forward | None:
+        """One forward step of ``kind`` (SGLang's ``mode``) over ``rows``, ``(request, tokens
+        to write)``, and ``pad`` padding rows: the pages allocated, the batch laid out (padding
+        rows anywhere, or at the tail of a replayed graph), the launches' arrays made per buffer
+        group, then the engine moved past the forward."""
         batch = self._allocate(rows)
-        if not batch:
+        if not batch and mode != "IDLE":
             return None
         self.steps += 1
-        lens = self._batch_rows(kind, batch, pad)
-        written = self._written_tokens(batch)
-        order = self.rng.permutation(len(batch) + pad)  # padding rows stand anywhere in the batch
+        self.events[f"forward {mode}" + (" replaying a graph" if graph else "")] += 1
+        lens = self._batch_rows(kind, batch, pad, graph)
+        written = self._written_tokens(batch, mode)
+        bs = len(batch) + pad
+        # padding rows stand anywhere in the batch; a graph's at the tail
+        order = np.arange(bs) if graph else self.rng.permutation(bs)
         lens = {name: value[order] for name, value in lens.items()}
         ids, positions, full_slots, expected = self._in_plan_order(batch, order, written)
+        if graph and pad:  # a padding row's token: position 0, slot 0, a stale input id
+            stale = self.rng.integers(1, 2**20, pad).astype(np.int64)
+            zero = np.zeros(pad, dtype=np.int64)
+            ids, expected = np.concatenate([ids, stale]), np.concatenate([expected, stale])
+            positions = np.concatenate([positions, zero])
+            full_slots = np.concatenate([full_slots, zero])
         live = [batch[i][0] for i in order if i < len(batch)]
         groups = []
         for group in self.config.groups:
@@ -503,7 +572,7 @@ class Engine:
                     full_to_swa_index_mapping=(
                         None if group == FULL or self.lut is None else self.lut.copy()
                     ),
-                    verify_capacity=self._verify_capacity(lens, group),
+                    verify_capacity=self._verify_capacity(lens, group, graph),
                     out_cache_loc=slots,
                     kv_slots=kv_slots,
                     kv_bytes=kv_bytes,
@@ -511,7 +580,7 @@ class Engine:
             )
         forward = Forward(
             kind=kind,
-            scatter=self._scatter(live),
+            scatter=self._scatter(live) if live else None,
             plan=self._plan_inputs(lens),
             write_req_capacity=len(batch) + pad,
             write=dict(
@@ -522,12 +591,16 @@ class Engine:
                 enable_write_input_assert=True,
             ),
             groups=tuple(groups),
+            mode=mode,
+            graph=graph,
         )
         self._after_forward(batch)
         self.log.append(
             f"{kind}: "
             + ", ".join(f"request {r.rid} writes {e}" for r, e in batch)
-            + (f", {pad} padding rows" if pad else "")
+            + (", " if batch and pad else "")
+            + (f"{pad} padding rows" if pad else "")
+            + (" (graph replay)" if graph and kind != "idle" else "")
         )
         return forward
 
@@ -586,33 +659,42 @@ class Engine:
             seed.add(self.group_slot(group, int(self.req_to_token[req.row, req.written - 1])))
         return slots - {0}, seed - {0}
 
-    def _batch_rows(self, kind: str, batch, pad: int) -> dict[str, np.ndarray]:
+    def _batch_rows(self, kind: str, batch, pad: int, graph: bool) -> dict[str, np.ndarray]:
         """Each row's pool row and lengths, the batch's rows first and the padding rows after
-        them, with stale lengths (a decode batch's extend lengths are all 1, as SGLang's)."""
+        them, with stale lengths (a decode batch's extend lengths are all 1, as SGLang's); a
+        replayed graph's padding rows have the prefix of their zeroed ``positions``."""
         bs = len(batch) + pad
         rows = np.full(bs, REQ_POOL_IDX_PADDING, dtype=np.int64)
         stale = self.rng.integers(-3, self.config.context_len + 3, (3, bs)).astype(np.int64)
         prefix, extend, valid = stale[0], stale[1], stale[2]
-        if kind == "decode":
+        if kind in ("decode", "idle"):
             extend[:] = 1
+        if graph:
+            prefix[:] = 0
         for i, (req, e) in enumerate(batch):
             rows[i] = req.row
             prefix[i], extend[i], valid[i] = req.written, e, len(req.tokens)
         return {"rows": rows, "prefix": prefix, "extend": extend, "valid": valid}
 
-    def _written_tokens(self, batch) -> list[np.ndarray]:
-        """The token, the token oracle's token, the position and the full-pool slot of every
-        position the batch writes, request by request; the page table names each slot now."""
+    def _written_tokens(self, batch, mode: str) -> list[np.ndarray]:
+        """The token, the expected input token, the position and the full-pool slot of every
+        position the batch writes, request by request; the page table names each slot now.
+        The expected input is the token oracle's in ``DECODE`` and ``IDLE``, and the input
+        token itself in every extend mode (``EXTEND``, ``MIXED``, ``TARGET_VERIFY``), as
+        SGLang's ``TokenOracleManager.fill_expected_inputs`` makes it."""
         c = self.config
         ids, positions, slots, expected = [], [], [], []
         for req, e in batch:
-            for pos in range(req.written, req.written + e):
+            drafted = self._drafting.get(req.rid)
+            for i, pos in enumerate(range(req.written, req.written + e)):
                 full = self.full_slot(req, pos)
                 self.req_to_token[req.row, pos] = full
-                ids.append(req.tokens[pos + c.offset])
-                expected.append(req.truth[pos + c.offset])
+                token = drafted[0][i] if drafted else req.tokens[pos + c.offset]
+                ids.append(token)
+                expected.append(req.truth[pos + c.offset] if mode in ("DECODE", "IDLE") else token)
                 positions.append(pos)
                 slots.append(full)
+                self.written_by[(req.rid, pos)] = mode
         return [np.asarray(x, dtype=np.int64) for x in (ids, positions, slots, expected)]
 
     @staticmethod
@@ -645,21 +727,31 @@ class Engine:
             kv_token_id_vs_position_offset=self.config.offset,
         )
 
-    def _verify_capacity(self, lens: dict[str, np.ndarray], group: str) -> int:
+    def _verify_capacity(self, lens: dict[str, np.ndarray], group: str, graph: bool) -> int:
         """A group's verify plan capacity: every entry of every running row's window (the
-        whole prefix in ``FULL``), at least 1."""
+        whole prefix in ``FULL``), at least 1; a captured graph's is fixed by its batch size:
+        a whole row (a window in ``SWA``) per row."""
+        if graph:
+            per_row = self.config.swa_window if group == SWA else self.config.context_len
+            return lens["rows"].shape[0] * per_row
         live = lens["rows"] != REQ_POOL_IDX_PADDING
         prefix = np.where(live, lens["prefix"], 0)
         window = self.config.swa_window if group == SWA else 0
         return max(1, int((prefix - window_starts(prefix, window)).sum()))
 
     def _after_forward(self, batch) -> None:
-        """After the forward: positions written, next tokens sampled, SWA windows slide."""
+        """After the forward: positions written, next tokens sampled (a target verify's
+        accepted drafts and the target's token after them), SWA windows slide."""
         c = self.config
         self.last_written = []
         for req, e in batch:
+            drafted = self._drafting.get(req.rid)
+            if drafted is not None:
+                e = self._accept(req, *drafted)
             self.last_written += [(req.rid, pos) for pos in range(req.written, req.written + e)]
             req.written += e
+            if drafted is not None:
+                self._free_past(req, req.written)
             if self.pending(req) == 0 and len(req.tokens) < c.context_len + c.offset:
                 token = self._fresh(1)[0]
                 req.tokens.append(token)
@@ -669,6 +761,25 @@ class Engine:
                 self._evict_slots(
                     self.full_slot(req, p) for p in range(self.window_start(req.written))
                 )
+
+    def _accept(self, req: _Request, ids: list, truth: list, kept: int) -> int:
+        """A target verify's outcome for ``req``: the sampled token and ``kept`` drafts stay
+        written, and the target's own token after them is sampled; the positions it keeps."""
+        room = self.config.context_len + self.config.offset - len(req.tokens)
+        accepted = (truth[:kept] + [truth[kept]])[:room]  # a full row samples nothing more
+        req.tokens += accepted
+        req.truth += accepted
+        self.events["drafts rejected and their pages freed"] += int(kept < len(ids) - 1)
+        return kept + 1
+
+    def _free_past(self, req: _Request, written: int) -> None:
+        """Free the pages of ``req`` past the one holding position ``written - 1`` (the
+        rejected drafts' pages, page by page; ``req_to_token`` keeps naming them, past what the
+        request wrote, as SGLang's table does)."""
+        keep = -(-written // self.config.page_size)
+        for page in req.pages[keep:]:
+            self._release(page, cache=False)
+        del req.pages[keep:]
 
     def finish(self, pick: int) -> int | None:
         """A request that has sampled a token ends: its page-aligned written prefix is cached,

@@ -57,7 +57,7 @@ def check_invariants(engine: Engine) -> None:
             assert engine.req_to_token[req.row, pos] == full, (req.rid, pos)
             page = full // c.page_size
             assert engine.req_refs[page] >= 1 and page not in engine.free_pages
-            if engine.cache_refs[page] == 0:  # a page no one shares has one owner
+            if engine.cache_refs[page] == 0 and engine.req_refs[page] == 1:  # unshared: one owner
                 assert owner.setdefault(full, req.rid) == req.rid, f"slot {full} owned twice"
     rows = [r.row for r in engine.running.values()]
     assert len(rows) == len(set(rows)) and not set(rows) & set(engine.free_rows)
