@@ -32,6 +32,7 @@ from strategies.faults import Due, Fault
 __all__ = [
     "RING_CAPACITY",
     "SETTLE",
+    "SETTLE_MODES",
     "TAGS",
     "ImplRun",
     "OracleRun",
@@ -47,6 +48,10 @@ RING_CAPACITY = 512
 #: prefills (a token each), decodes, prefills and decodes again, then the cache is swept, so
 #: that every running request is verified after any page was reused.
 SETTLE = ("admit", "prefill", "decode", "prefill", "decode", "sweep")
+#: The forward modes a settle's two decodes can take (SGLang's ``ForwardMode``): a plain
+#: decode, a decode replaying a CUDA graph (two padding rows at its tail), a mixed batch, and
+#: EAGLE's target verify (three tokens a row: the sampled one and two drafts).
+SETTLE_MODES = ("DECODE", "DECODE_GRAPH", "MIXED", "TARGET_VERIFY")
 SLOT, BITS = reference.ViolationField.SLOT_IDX, reference.ViolationField.FAIL_REASON_BITS
 KIND = reference.ViolationField.KERNEL_KIND
 
@@ -193,8 +198,9 @@ def missing(dues: list[Due], rows: np.ndarray, fault: Fault) -> list[str]:
 
 
 def warm_up(engine: Engine, run) -> None:
-    """A short history that leaves running requests (one sharing a cached prefix), a cached
-    prefix no request uses and freshly sampled tokens: every fault class has a place."""
+    """A short history that leaves running requests (two sharing a cached prefix, in one
+    batch), a cached prefix no request uses and freshly sampled tokens: every fault class has
+    a place."""
     c = engine.config
 
     def each(*makes) -> None:
@@ -207,21 +213,32 @@ def warm_up(engine: Engine, run) -> None:
     for _ in range(3):
         engine.admit(c.context_len // 4 + 1, share=0)
     each(lambda: engine.prefill(c.context_len), lambda: engine.decode(1))
-    engine.finish(0)  # its prefix is cached, and shared by the next request
+    engine.finish(0)  # its prefix is cached, and shared by the next two requests
     engine.admit(2, share=1)
+    engine.admit(3, share=1)
     each(lambda: engine.prefill(c.context_len), lambda: engine.decode(0))
     engine.finish(0)  # its prefix is cached, and no request uses it
 
 
 def inject_and_settle(
-    engine: Engine, oracle: OracleRun, kind: str, pick: int, byte: int, run, flip=None
+    engine: Engine,
+    oracle: OracleRun,
+    kind: str,
+    pick: int,
+    byte: int,
+    run,
+    flip=None,
+    mode: str = "DECODE",
 ):
     """Make a fault of class ``kind`` (``flip(group, slot, byte)`` changes the
     implementation's KV too), run :data:`SETTLE` through ``run``, and judge the reports by what the class predicts
     (:mod:`strategies.faults`): ``(fault, problems, first)`` with ``first`` the number of steps
     after the fault until the first report (None: none), or None when the engine has no place
-    for the fault or too few free pages to settle."""
-    if not engine.free_rows or len(engine.free_pages) < 2 * len(engine.running) + 1:
+    for the fault or too few free pages (or SWA slots) to settle."""
+    room = 2 * len(engine.running) + 1  # pages the settle may take
+    if not engine.free_rows or len(engine.free_pages) < room:
+        return None
+    if engine.spare_swa_slots() < room * engine.config.page_size:
         return None
     fault = faults.make(engine, kind, pick, byte)
     if fault is None:
@@ -241,7 +258,7 @@ def inject_and_settle(
         if steps[1] is None and oracle.index != since:
             steps[1] = steps[0]
 
-    settle(engine, counted)
+    settle(engine, counted, mode, pick)
     later = None if due is None else cls.due_after_settle(engine, fault)
     if due is None or later is None:
         return fault, [], steps[1]  # nothing promised
@@ -255,17 +272,23 @@ def inject_and_settle(
     return fault, problems, steps[1]
 
 
-def settle(engine: Engine, run) -> None:
-    """Run :data:`SETTLE` through ``run(step)``."""
+def settle(engine: Engine, run, mode: str = "DECODE", pick: int = 0) -> None:
+    """Run :data:`SETTLE` through ``run(step)``, its decodes in ``mode`` (:data:`SETTLE_MODES`;
+    an engine with the EAGLE offset, the draft model's canary, decodes plainly where the mode
+    is ``TARGET_VERIFY``, which only the target model runs)."""
     c = engine.config
+    decode = {
+        "DECODE": lambda: engine.decode(0),
+        "DECODE_GRAPH": lambda: engine.decode(2, graph=True),
+        "MIXED": lambda: engine.mixed(1),
+        "TARGET_VERIFY": lambda: engine.target_verify(3, pick) or engine.decode(0),
+    }[mode]
     for name in SETTLE:
         if name == "admit":
             engine.admit(c.page_size + c.offset, share=0)
             continue
-        step = {
-            "prefill": lambda: engine.prefill(1),
-            "decode": lambda: engine.decode(0),
-            "sweep": engine.sweep,
-        }[name]()
+        step = {"prefill": lambda: engine.prefill(1), "decode": decode, "sweep": engine.sweep}[
+            name
+        ]()
         if step is not None:
             run(step)

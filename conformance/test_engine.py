@@ -1,5 +1,6 @@
-"""The canary as an engine runs it: long histories of an engine model, step by step, with
-SGLang's own fault classes (CONTRACT §6, §7, §12, §13; ``strategies.engine``,
+"""The canary as an engine runs it: long histories of an engine model, step by step, in every
+forward mode the model has (extend, decode, mixed, idle, target verify, graph replay), with
+SGLang's own fault classes (CONTRACT §6, §7, §12, §13, §15; ``strategies.engine``,
 ``strategies.faults``).
 
 Every step runs the plan, verify and write (and the scatter, or the cache sweep) on the
@@ -12,14 +13,25 @@ it, and nothing at all where the mode cannot.
 
 from __future__ import annotations
 
+import dataclasses
+from collections import Counter
+
 import hypothesis
 import hypothesis.strategies as st
 import pytest
 from hypothesis import stateful
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
+from conformance import profiles
 from conformance.assertions import fail
-from conformance.engine_support import ImplRun, OracleRun, inject_and_settle, run_step, warm_up
+from conformance.engine_support import (
+    SETTLE_MODES,
+    ImplRun,
+    OracleRun,
+    inject_and_settle,
+    run_step,
+    warm_up,
+)
 from conformance.profiles import engine_sizes, engine_step_sizes, examples
 from strategies.engine import KV_BYTES, Engine, engine_configs
 from strategies.faults import FAULT_KINDS
@@ -67,9 +79,30 @@ class EngineMachine(stateful.RuleBasedStateMachine):
     def prefill(self, chunk):
         self._run(self.engine.prefill(chunk))
 
-    @rule(pad=st.sampled_from(engine_step_sizes()["pads"]))
-    def decode(self, pad):
-        self._run(self.engine.decode(pad))
+    @rule(
+        pad=st.sampled_from(engine_step_sizes()["pads"]),
+        graph=st.booleans(),
+        overflow=st.sampled_from((False, False, False, True)),
+    )
+    def decode(self, pad, graph, overflow):
+        self._run(self.engine.decode(pad, graph=graph, overflow=overflow))
+
+    @rule(steps=st.integers(3, 4))
+    def draft_decode(self, steps):
+        for forward in self.engine.draft_decode(steps):
+            self._run(forward)
+
+    @rule(chunk=st.integers(1, engine_step_sizes()["chunk"]))
+    def mixed(self, chunk):
+        self._run(self.engine.mixed(chunk))
+
+    @rule(pad=st.integers(1, 2))
+    def idle(self, pad):
+        self._run(self.engine.idle(pad))
+
+    @rule(drafts=st.integers(2, 4), accept=st.integers(0, 7))
+    def target_verify(self, drafts, accept):
+        self._run(self.engine.target_verify(drafts, accept))
 
     @rule(pick=st.integers(0, 7))
     def finish(self, pick):
@@ -100,11 +133,13 @@ class EngineMachine(stateful.RuleBasedStateMachine):
         kind=st.sampled_from(FAULT_KINDS),
         pick=st.integers(0, 2**10),
         byte=st.integers(0, KV_BYTES - 1),
+        mode=st.sampled_from(SETTLE_MODES),
     )
-    def inject(self, kind, pick, byte):
+    def inject(self, kind, pick, byte, mode):
         made = inject_and_settle(
-            self.engine, self.oracle, kind, pick, byte, self._run, flip=self.run_impl.flip
-        )
+            self.engine, self.oracle, kind, pick, byte, self._run, flip=self.run_impl.flip,
+            mode=mode,
+        )  # fmt: skip
         if made is None:
             return
         self.fault, problems, _ = made
@@ -114,6 +149,10 @@ class EngineMachine(stateful.RuleBasedStateMachine):
                 "agreed with the reference up to here):\n  " + "\n  ".join(problems),
                 config=self.engine.describe(),
             )
+
+    def teardown(self):
+        if hasattr(self, "engine"):
+            SITUATIONS.update(self.engine.events)
 
     @invariant()
     def silent_without_a_fault(self):
@@ -125,22 +164,65 @@ class EngineMachine(stateful.RuleBasedStateMachine):
             )
 
 
+#: The situations of CONTRACT §12 and §15 the histories must reach (``Engine.events``), each
+#: in the derandomized CPU profiles (``ci`` and ``mutation``), whose draws are fixed. (An
+#: expected-token read cut off by the valid length needs three draft steps of one request, which
+#: :func:`test_draft_steps_verify_drafts_past_the_snapshot` makes in every example.)
+REQUIRED_SITUATIONS = (
+    "rows of one batch that share a cached prefix",
+    "a recycled row whose new owner has the old owner's length",
+    "an SWA window that slid past an evicted slot",
+    "swa slot of a cached position evicted under pressure",
+    "a verify plan that overflows",
+    "plans reused by a replayed graph",
+    "a retracted request readmitted",
+    "drafts rejected and their pages freed",
+    "forward EXTEND",
+    "forward DECODE",
+    "forward DECODE replaying a graph",
+    "forward MIXED",
+    "forward IDLE replaying a graph",
+    "forward TARGET_VERIFY",
+    "a draft decode step",
+)
+SITUATIONS: Counter[str] = Counter()
+
+
+def fixed_cpu_draws() -> bool:
+    """Whether this run draws the CPU's fixed examples (a derandomized profile on the CPU)."""
+    return profiles.ON_CPU and bool(hypothesis.settings.default.derandomize)
+
+
 def test_engine_histories_agree_with_the_reference_and_report_each_fault(impl, device):
-    """Over an engine's history (prefix sharing, chunked prefill, padding, retraction, eviction, SWA, EAGLE) the implementation equals the reference after every launch, the ring stays empty without a fault, and a fault is reported where its class predicts."""
+    """Over an engine's history (prefix sharing, chunked prefill, padding, retraction, eviction, SWA, EAGLE, every forward mode) the implementation equals the reference after every launch, the ring stays empty without a fault, a fault is reported where its class predicts, and the CPU's fixed draws reach every situation the suite counts."""
     settings = examples(0.2)
+    SITUATIONS.clear()
     stateful.run_state_machine_as_test(
         lambda: EngineMachine(impl, device),
         settings=hypothesis.settings(settings, stateful_step_count=engine_step_sizes()["steps"]),
     )
+    counts = ", ".join(f"{name}: {SITUATIONS[name]}" for name in REQUIRED_SITUATIONS)
+    print(f"situations reached: {counts}")
+    never = [name for name in REQUIRED_SITUATIONS if not SITUATIONS[name]]
+    if never and fixed_cpu_draws():
+        fail(
+            f"the histories never reached: {'; '.join(never)} (reached: {counts})",
+            config="the derandomized CPU draws of this test",
+        )
 
 
 @pytest.mark.parametrize("kind", FAULT_KINDS)
 @examples(0.02)
 @hypothesis.given(
-    config=engine_configs(**engine_sizes()), pick=st.integers(0, 2**10), byte=st.integers(0, 31)
+    config=engine_configs(**engine_sizes()),
+    pick=st.integers(0, 2**10),
+    byte=st.integers(0, 31),
+    mode=st.sampled_from(SETTLE_MODES),
 )
-def test_each_fault_class_is_reported_where_it_predicts(impl, device, kind, config, pick, byte):
-    """After a short engine history, a fault of each class is reported at the slot and with the reason its class predicts, in the hash modes that can see it, and not at all in the others."""
+def test_each_fault_class_is_reported_where_it_predicts(
+    impl, device, kind, config, pick, byte, mode
+):
+    """After a short engine history, a fault of each class is reported at the slot, by the launches and with the reason its class predicts, in the hash modes and forward modes that can see it, and not at all in the others."""
     engine = Engine(config)
     oracle = OracleRun(engine)
     run_impl = ImplRun(impl, device, engine, oracle.states)
@@ -157,7 +239,7 @@ def test_each_fault_class_is_reported_where_it_predicts(impl, device, kind, conf
     warm_up(engine, run)
     if oracle.index:
         fail(f"{oracle.index} reports on a correct history", config=engine.describe())
-    made = inject_and_settle(engine, oracle, kind, pick, byte, run, flip=run_impl.flip)
+    made = inject_and_settle(engine, oracle, kind, pick, byte, run, flip=run_impl.flip, mode=mode)
     hypothesis.assume(made is not None)
     fault, problems, _ = made
     if problems:
@@ -165,3 +247,32 @@ def test_each_fault_class_is_reported_where_it_predicts(impl, device, kind, conf
             "the fault's reports are not what its class predicts:\n  " + "\n  ".join(problems),
             config=engine.describe(),
         )
+
+
+@examples(0.02)
+@hypothesis.given(
+    config=engine_configs(**engine_sizes(), min_slots=32).map(
+        lambda c: dataclasses.replace(c, offset=1)
+    ),
+    steps=st.integers(3, 4),
+)
+def test_draft_steps_verify_drafts_past_the_snapshot(impl, device, config, steps):
+    """The draft model's multi-step draft (its canary with the EAGLE offset): after the third draft step a verify reads drafts past the snapshot, whose expected tokens the valid length cuts off, and the implementation equals the reference after every launch while the ring stays empty."""
+    engine = Engine(config)
+    oracle = OracleRun(engine)
+    run_impl = ImplRun(impl, device, engine, oracle.states)
+    warm_up(engine, lambda step: run_step(
+        run_impl, oracle, step, what=f"step {engine.steps} ({engine.log[-1]})",
+        config=engine.describe(),
+    ))  # fmt: skip
+    forwards = engine.draft_decode(steps)
+    hypothesis.assume(len(forwards) == steps)  # a row had room for every draft
+    for forward in forwards:
+        run_step(
+            run_impl, oracle, forward, what=f"draft step {engine.steps} ({engine.log[-1]})",
+            config=engine.describe(),
+        )  # fmt: skip
+    if oracle.index:
+        fail(f"{oracle.index} reports on a correct draft", config=engine.describe())
+    if not engine.events["an expected-token read cut off by the valid length"]:
+        fail("no draft step verified a draft past the snapshot", config=engine.describe())

@@ -331,6 +331,11 @@ class Engine:
         #: the ``ForwardMode`` that wrote each ``(request, position)`` last
         self.written_by: dict[tuple[int, int], str] = {}
         self._drafting: dict[int, tuple[list, list, int]] = {}  # a target verify's drafts
+        self._draft: dict[int, int] = {}  # a draft decode's token per request
+        self._overflow = False  # whether this step's verify plans overflow
+        self._captured: set[int] = set()  # the batch sizes of the graphs replayed so far
+        #: per pool row, ``(request, tokens it knew)`` of its last owner when it left the row
+        self._row_last_len: dict[int, tuple[int, int]] = {}
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -385,6 +390,19 @@ class Engine:
                     self._evict_slots([full])
                     self.events["swa slot of a cached position evicted under pressure"] += 1
         return len(self.free_swa) >= need
+
+    def spare_swa_slots(self) -> int:
+        """SWA slots an allocation can have now: the free ones and those of cached positions
+        no request uses (the whole full pool's when there is no window)."""
+        if self.lut is None:
+            return self.config.num_slots
+        cached = {
+            full
+            for entry in self.cache
+            for full in self.cached_full_slots(entry)
+            if self.lut[full] and not self.req_refs[full // self.config.page_size]
+        }
+        return len(self.free_swa) + len(cached)
 
     def _alloc_pages(self, n: int) -> list[int] | None:
         """``n`` pages, each with its SWA slots, or None (nothing taken) when the pools lack
@@ -487,12 +505,53 @@ class Engine:
             if r.decoding and self.pending(r) == 1 and r.written < self.config.context_len
         ]
 
-    def decode(self, pad: int = 0, graph: bool = False) -> Forward | None:
+    def decode(self, pad: int = 0, graph: bool = False, overflow: bool = False) -> Forward | None:
         """A decode batch (``DECODE``) of every request that has sampled its next token, and
         ``pad`` padding rows: anywhere in the batch with stale lengths and the extend length 1
         SGLang gives every row of a decode batch, or, replaying a CUDA graph (``graph``), at
-        the tail as SGLang's graph runner pads (``cuda_graph_buffer_registry.py``)."""
-        return self._forward("decode", self._decode_rows(), pad=pad, mode="DECODE", graph=graph)
+        the tail as SGLang's graph runner pads (``cuda_graph_buffer_registry.py``). With
+        ``overflow`` the verify plans hold one entry fewer than the batch verifies, as a
+        per-forward capacity too small for a batch leaves them: disabled, nothing checked."""
+        self._overflow = overflow
+        try:
+            return self._forward("decode", self._decode_rows(), pad=pad, mode="DECODE", graph=graph)
+        finally:
+            self._overflow = False
+
+    def draft_decode(self, steps: int) -> list[Forward]:
+        """The draft model's multi-step draft (its canary has the EAGLE offset 1; SGLang's
+        ``is_eagle_draft_decode``): ``steps`` decode forwards, each writing one draft position
+        past the last of every decoding request (the first with the token sampled, the rest
+        with draft tokens), the write's input assert off, the snapshot's valid length the
+        tokens known before drafting, so a later step's verify of an earlier draft past the
+        snapshot expects no token; then the drafts are given up (the target decides), their
+        pages freed and the requests back where they were."""
+        c = self.config
+        if not c.offset or steps < 1:
+            return []
+        rows = [r for r, _ in self._decode_rows()]
+        saved = {r.rid: r.written for r in rows}
+        forwards: list[Forward] = []
+        self._draft = {}
+        try:
+            for k in range(steps):
+                live = [(r, 1) for r in rows if r.written < c.context_len]
+                self._draft = {
+                    r.rid: r.tokens[r.written + c.offset] if k == 0 else self._fresh(1)[0]
+                    for r, _ in live
+                }
+                forward = self._forward("draft_decode", live, pad=0, mode="DECODE")
+                if forward is None:
+                    break
+                self.events["a draft decode step"] += 1
+                forwards.append(forward)
+        finally:
+            self._draft = {}
+            for r in rows:
+                r.written = saved[r.rid]
+                self._free_past(r, r.written)
+            self.last_written = []
+        return forwards
 
     def mixed(self, chunk: int) -> Forward | None:
         """A mixed batch (``MIXED``, SGLang's mixed chunked prefill): the prompt rows of
@@ -560,6 +619,7 @@ class Engine:
             positions = np.concatenate([positions, zero])
             full_slots = np.concatenate([full_slots, zero])
         live = [batch[i][0] for i in order if i < len(batch)]
+        self._count_situations(live, lens, graph)
         groups = []
         for group in self.config.groups:
             slots = np.asarray([self.group_slot(group, s) for s in full_slots], dtype=np.int64)
@@ -586,9 +646,9 @@ class Engine:
             write=dict(
                 input_ids=ids,
                 positions=positions,
-                expected_input_tokens=expected,
-                expected_input_positions=positions.copy(),
-                enable_write_input_assert=True,
+                expected_input_tokens=None if self._draft else expected,
+                expected_input_positions=None if self._draft else positions.copy(),
+                enable_write_input_assert=not self._draft,
             ),
             groups=tuple(groups),
             mode=mode,
@@ -689,12 +749,16 @@ class Engine:
             for i, pos in enumerate(range(req.written, req.written + e)):
                 full = self.full_slot(req, pos)
                 self.req_to_token[req.row, pos] = full
-                token = drafted[0][i] if drafted else req.tokens[pos + c.offset]
+                if req.rid in self._draft:
+                    token = self._draft[req.rid]
+                else:
+                    token = drafted[0][i] if drafted else req.tokens[pos + c.offset]
                 ids.append(token)
-                expected.append(req.truth[pos + c.offset] if mode in ("DECODE", "IDLE") else token)
+                oracle = mode in ("DECODE", "IDLE") and req.rid not in self._draft
+                expected.append(req.truth[pos + c.offset] if oracle else token)
                 positions.append(pos)
                 slots.append(full)
-                self.written_by[(req.rid, pos)] = mode
+                self.written_by[(req.rid, pos)] = mode if oracle or mode != "DECODE" else "DRAFT"
         return [np.asarray(x, dtype=np.int64) for x in (ids, positions, slots, expected)]
 
     @staticmethod
@@ -730,14 +794,44 @@ class Engine:
     def _verify_capacity(self, lens: dict[str, np.ndarray], group: str, graph: bool) -> int:
         """A group's verify plan capacity: every entry of every running row's window (the
         whole prefix in ``FULL``), at least 1; a captured graph's is fixed by its batch size:
-        a whole row (a window in ``SWA``) per row."""
-        if graph:
-            per_row = self.config.swa_window if group == SWA else self.config.context_len
-            return lens["rows"].shape[0] * per_row
+        a whole row (a window in ``SWA``) per row; one short of the entries for a step that
+        overflows its plans."""
         live = lens["rows"] != REQ_POOL_IDX_PADDING
         prefix = np.where(live, lens["prefix"], 0)
         window = self.config.swa_window if group == SWA else 0
-        return max(1, int((prefix - window_starts(prefix, window)).sum()))
+        need = int((prefix - window_starts(prefix, window)).sum())
+        if self._overflow and need >= 2:
+            self.events["a verify plan that overflows"] += 1
+            return need - 1
+        if graph:
+            per_row = self.config.swa_window if group == SWA else self.config.context_len
+            return lens["rows"].shape[0] * per_row
+        return max(1, need)
+
+    def _count_situations(self, live: list[_Request], lens: dict, graph: bool) -> None:
+        """Count the situations of CONTRACT §12 and §15 this step's plan meets (``events``)."""
+        c = self.config
+        pages = [set(r.pages[: r.written // c.page_size]) for r in live]
+        if any(a & b for i, a in enumerate(pages) for b in pages[i + 1 :]):
+            self.events["rows of one batch that share a cached prefix"] += 1
+        for req in live:
+            if self._row_last_len.get(req.row, (None, -1))[1] == len(req.tokens) and (
+                self._row_last_len[req.row][0] != req.rid
+            ):
+                self.events["a recycled row whose new owner has the old owner's length"] += 1
+            verified = range(self.window_start(req.written, FULL), req.written)
+            cut = [p for p in verified if p + c.offset >= len(req.tokens)]
+            if cut:
+                self.events["an expected-token read cut off by the valid length"] += 1
+            start = self.window_start(req.written)
+            if self.lut is not None and start > 0:
+                if not self.lut[self.full_slot(req, start - 1)]:
+                    self.events["an SWA window that slid past an evicted slot"] += 1
+        if graph:
+            key = int(lens["rows"].shape[0])
+            if key in self._captured:
+                self.events["plans reused by a replayed graph"] += 1
+            self._captured.add(key)
 
     def _after_forward(self, batch) -> None:
         """After the forward: positions written, next tokens sampled (a target verify's
@@ -745,6 +839,9 @@ class Engine:
         c = self.config
         self.last_written = []
         for req, e in batch:
+            if req.rid in self._draft:  # a draft position: written, nothing sampled
+                req.written += e
+                continue
             drafted = self._drafting.get(req.rid)
             if drafted is not None:
                 e = self._accept(req, *drafted)
@@ -759,8 +856,24 @@ class Engine:
                 req.decoding = True
             if self.lut is not None:
                 self._evict_slots(
-                    self.full_slot(req, p) for p in range(self.window_start(req.written))
+                    self.full_slot(req, p)
+                    for p in range(self.window_start(req.written))
+                    if not self._in_another_window(req, p)
                 )
+
+    def _in_another_window(self, req: _Request, pos: int) -> bool:
+        """Whether another running request that shares the page of ``req``'s position ``pos``
+        (a shared prefix: the same position) still has it in its window: its SWA slot stays,
+        as SGLang's SWA cache keeps a shared node's slots while a request needs them."""
+        page = req.pages[pos // self.config.page_size]
+        return any(
+            other.rid != req.rid
+            and pos < other.written
+            and pos // self.config.page_size < len(other.pages)
+            and other.pages[pos // self.config.page_size] == page
+            and pos >= self.window_start(other.written)
+            for other in self.running.values()
+        )
 
     def _accept(self, req: _Request, ids: list, truth: list, kept: int) -> int:
         """A target verify's outcome for ``req``: the sampled token and ``kept`` drafts stay
@@ -799,6 +912,7 @@ class Engine:
         for page in req.pages:
             self._release(page, cache=False)
         self.free_rows.append(req.row)
+        self._row_last_len[req.row] = (req.rid, len(req.tokens))
         self.log.append(f"finish: request {req.rid}, {k} positions cached")
         rid: int = req.rid
         return rid
@@ -815,6 +929,7 @@ class Engine:
         for page in req.pages:
             self._release(page, cache=False)
         self.free_rows.append(req.row)
+        self._row_last_len[req.row] = (req.rid, len(req.tokens))
         self.waiting.append(req)
         self.last_written = [e for e in self.last_written if e[0] != req.rid]
         self.log.append(f"retract: request {req.rid}")
@@ -828,6 +943,7 @@ class Engine:
         req = self.waiting.pop(pick % len(self.waiting))
         req.row = self.free_rows.pop(0)
         req.written, req.pages, req.decoding = 0, [], False
+        self.events["a retracted request readmitted"] += 1
         # everything known is a prompt now: the last token is computed, not sampled again
         self.running[req.rid] = req
         self.log.append(f"readmit: request {req.rid}, row {req.row}")

@@ -374,7 +374,11 @@ class FreedWhileReferenced(_TableFault):
 class NextTokenSwap(FaultClass):
     """``perturb/next_token_swap.py``: two requests' sampled next tokens are swapped, so each
     writes the other's token: reported by the ``HEAD`` and the ``TAIL`` write of each, in every
-    group, with ``WRITE_TOKEN``, in every mode, at the slots the settle writes them to."""
+    group, with ``WRITE_TOKEN``, in every hash mode, at the slots the settle writes them to,
+    when a ``DECODE`` forward writes it. An extend mode (``EXTEND``, ``MIXED``,
+    ``TARGET_VERIFY``) expects its input ids as they are (SGLang's token oracle manager), and
+    the expected-token pool holds the swapped token too: a swapped token such a forward writes
+    is never reported."""
 
     name = "next_token_swap"
     description = "two requests' sampled tokens are swapped"
@@ -405,10 +409,11 @@ class NextTokenSwap(FaultClass):
         return [], False  # the slots are known once written: see due_after_settle
 
     def due_after_settle(self, engine, fault):
+        decoded = [e for e in fault.entries if engine.written_by.get(e) == "DECODE"]
         return [
             Due(slot, FailReason.WRITE_TOKEN_MISMATCH, tags=tags(group, stage))
             for group in engine.config.groups
-            for slot in sorted(engine.slots_of(fault.entries, group))
+            for slot in sorted(engine.slots_of(decoded, group))
             for stage in ("HEAD", "TAIL")
         ]
 

@@ -207,5 +207,6 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("strength.known_bad.history_plan_caches_row_slots", _HI, "the plan reuses the slots it read for a pool row in earlier launches", (_ENGINE,)),
     Entry("strength.known_bad.history_plan_window_never_slides_back", _HI, "an SWA window start never moves back when a row is recycled", (_ENGINE,)),
     Entry("strength.known_bad.history_scatter_appends_only", _HI, "the scatter writes only tokens past those it wrote to a row before", (_ENGINE,)),
+    Entry("strength.known_bad.history_plan_verify_built_once_per_buffer", _HI, "a verify plan buffer handed to the plan again (a replayed graph's) keeps its first launch's entries", (_ENGINE,)),
 )
 # fmt: on
