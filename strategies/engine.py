@@ -328,6 +328,8 @@ class Engine:
         self.events: Counter[str] = Counter()
         self.steps = 0
         self.log: list[str] = []
+        #: the step of each request's last forward
+        self.last_run: dict[int, int] = {}
         #: the ``ForwardMode`` that wrote each ``(request, position)`` last
         self.written_by: dict[tuple[int, int], str] = {}
         self._drafting: dict[int, tuple[list, list, int]] = {}  # a target verify's drafts
@@ -620,6 +622,8 @@ class Engine:
             full_slots = np.concatenate([full_slots, zero])
         live = [batch[i][0] for i in order if i < len(batch)]
         self._count_situations(live, lens, graph)
+        for req in live:
+            self.last_run[req.rid] = self.steps
         groups = []
         for group in self.config.groups:
             slots = np.asarray([self.group_slot(group, s) for s in full_slots], dtype=np.int64)
@@ -805,7 +809,7 @@ class Engine:
             return need - 1
         if graph:
             per_row = self.config.swa_window if group == SWA else self.config.context_len
-            return lens["rows"].shape[0] * per_row
+            return int(lens["rows"].shape[0]) * per_row
         return max(1, need)
 
     def _count_situations(self, live: list[_Request], lens: dict, graph: bool) -> None:

@@ -21,6 +21,7 @@ here (CONTRIBUTING.md says what else to touch).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,6 +78,7 @@ class Fault:
     entries: tuple
     what: str
     group: str = FULL
+    made_at: int = 0  # the engine's step count when it was made
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,20 @@ class FaultClass:
     #: why no hash mode can see the class, for a class the canary cannot see at all ("": it
     #: is seen in some mode)
     unseeable = ""
+    #: why a forward mode that writes what the fault changed never reports it, by SGLang's
+    #: ``ForwardMode`` (the settle's decodes in that mode)
+    unseen_in: dict[str, str] = {}
+
+    def why_never(self, hash_mode: int, forward_mode: str = "DECODE") -> str:
+        """Why the class is never reported in ``hash_mode`` with the settle's decodes in
+        ``forward_mode`` ("" where it is)."""
+        if self.unseeable:
+            return self.unseeable
+        if forward_mode in self.unseen_in:
+            return self.unseen_in[forward_mode]
+        if self.changes_kv and hash_mode == RealKvHashMode.NONE:
+            return "NONE reads no KV byte"
+        return ""
 
     def make(self, engine: Engine, pick: int, byte: int) -> Fault | None:
         """Make the fault at the place ``pick`` chooses (``byte``: the KV byte, for a class that
@@ -342,7 +358,8 @@ class FreedWhileReferenced(_TableFault):
     request that writes it: reported at a slot of that page with ``CHAIN``, ``POSITION`` or
     ``TOKEN`` by the ``FULL`` group's next ``HEAD`` and ``TAIL`` verifies of its first owner
     (which slot is known only once the settle wrote it); nothing is promised of the ``SWA``
-    group, whose window may have left the page."""
+    group, whose window may have left the page, nor when the first owner never runs again
+    in the settle (in a mixed batch the new owner's writes race it, and it waits)."""
 
     name = "freed_while_referenced"
     description = "a page in use is freed and handed to another request"
@@ -367,6 +384,9 @@ class FreedWhileReferenced(_TableFault):
         return [], False
 
     def due_after_settle(self, engine, fault):
+        ((owner, _),) = fault.entries
+        if engine.last_run.get(owner, -1) <= fault.made_at:
+            return None  # its first owner never ran again (a mixed batch held it back)
         bits = CHAIN | POSITION | TOKEN
         return [Due(-1, bits, tags=tags(FULL, stage)) for stage in ("HEAD", "TAIL")]
 
@@ -382,6 +402,11 @@ class NextTokenSwap(FaultClass):
 
     name = "next_token_swap"
     description = "two requests' sampled tokens are swapped"
+    unseen_in = {
+        mode: f"a {mode} forward writes the swapped token, and an extend mode's expected input is "
+        "its input id; the expected-token pool holds the swapped token too"
+        for mode in ("MIXED", "TARGET_VERIFY")
+    }
 
     def make(self, engine, pick, byte):
         ready = [
@@ -585,5 +610,6 @@ def make(engine: Engine, kind: str, pick: int, byte: int = 0) -> Fault | None:
         raise ValueError(f"unknown fault {kind!r}")
     fault = FAULTS[kind].make(engine, pick, byte % KV_BYTES)
     if fault is not None:
+        fault = dataclasses.replace(fault, made_at=engine.steps)
         engine.log.append(f"FAULT {fault.what}")
     return fault

@@ -23,7 +23,7 @@ import numpy as np
 
 import reference
 from conformance.assertions import FAIL_BIT_NAMES
-from conformance.engine_support import OracleRun, inject_and_settle, warm_up
+from conformance.engine_support import SETTLE_MODES, OracleRun, inject_and_settle, warm_up
 from reference import RealKvHashMode
 from strategies import faults
 from strategies.engine import KV_BYTES, Engine, EngineConfig
@@ -57,12 +57,15 @@ SGLANG_BYTE = 0
 
 
 def trial(
-    kind: str, mode: int, index: int, byte: int | None = None
+    kind: str, mode: int, index: int, byte: int | None = None, settle_mode: str = "DECODE"
 ) -> tuple[int | None, int, list[str], str] | None:
     """One history: ``(steps until the first report or None, the reported bits, problems, the
     stage whose launch reported first)``, or None when the history had no place for the fault.
-    ``byte``: the KV byte a fault changes (None: drawn from 0 to 31)."""
+    ``byte``: the KV byte a fault changes (None: drawn from 0 to 31); ``settle_mode``: the
+    forward mode of the settle's decodes (``conformance.engine_support.SETTLE_MODES``)."""
     engine = Engine(trial_config(kind, mode, index))
+    if settle_mode == "TARGET_VERIFY" and engine.config.offset:
+        return None  # the draft model's canary runs no target verify
     oracle = OracleRun(engine)
     warm_up(engine, oracle.forward_or_sweep)
     if oracle.index:
@@ -71,8 +74,9 @@ def trial(
     since = oracle.index
     pick, drawn = int(rng.integers(0, 2**10)), int(rng.integers(0, KV_BYTES))
     made = inject_and_settle(
-        engine, oracle, kind, pick, drawn if byte is None else byte, oracle.forward_or_sweep
-    )
+        engine, oracle, kind, pick, drawn if byte is None else byte, oracle.forward_or_sweep,
+        mode=settle_mode,
+    )  # fmt: skip
     if made is None:
         return None
     _, problems, first = made
@@ -135,13 +139,13 @@ def serving_cell(results) -> str:
     return f"{len(seen)} of {len(made)}, median step {seen[len(seen) // 2]}, last {seen[-1]}"
 
 
-def cell(results) -> str:
+def cell(results, why: str = "") -> str:
     made = [r for r in results if r is not None]
     seen = [r for r in made if r[0] is not None]
     if not made:
         return "no place"
     if not seen:
-        return f"never (0 of {len(made)})"
+        return f"never (0 of {len(made)}){': ' + why if why else ''}"
     steps = sorted(r[0] for r in seen)
     reasons = Counter(name for r in seen for bit, name in BITS if r[1] & bit)
     top = "/".join(name for name, _ in reasons.most_common(2))
@@ -153,7 +157,7 @@ def cell(results) -> str:
 def render() -> tuple[str, list[str]]:
     """The document and the problems met (a due report missing, a report on a correct history)."""
     problems = []
-    rows, serving_rows, sglang_rows = [], [], []
+    rows, serving_rows, sglang_rows, mode_rows = [], [], [], []
     for kind in FAULT_KINDS:
         cells = []
         for mode in RealKvHashMode:
@@ -161,8 +165,19 @@ def render() -> tuple[str, list[str]]:
             for r in results:
                 if r is not None:
                     problems += [f"{kind}, {MODES[mode]}: {p}" for p in r[2]]
-            cells.append(cell(results))
+            cells.append(cell(results, FAULTS[kind].why_never(mode)))
         rows.append(f"| `{kind}`: {FAULTS[kind].description} | " + " | ".join(cells) + " |")
+        by_mode = []
+        for settle_mode in SETTLE_MODES:
+            results = [
+                trial(kind, RealKvHashMode.ALL, i, settle_mode=settle_mode) for i in range(TRIALS)
+            ]
+            for r in results:
+                if r is not None:
+                    problems += [f"{kind}, ALL, {settle_mode}: {p}" for p in r[2]]
+            why = FAULTS[kind].why_never(RealKvHashMode.ALL, settle_mode.removesuffix("_GRAPH"))
+            by_mode.append(cell(results, why))
+        mode_rows.append(f"| `{kind}` | " + " | ".join(by_mode) + " |")
         if FAULTS[kind].flips_byte:
             sglang = []
             for mode in RealKvHashMode:
@@ -170,7 +185,7 @@ def render() -> tuple[str, list[str]]:
                 for r in results:
                     if r is not None:
                         problems += [f"{kind}, {MODES[mode]}, byte 0: {p}" for p in r[2]]
-                sglang.append(cell(results))
+                sglang.append(cell(results, FAULTS[kind].why_never(mode)))
             sglang_rows.append(f"| `{kind}` | " + " | ".join(sglang) + " |")
         served = [
             serving_cell([serving(kind, mode, i) for i in range(TRIALS)]) for mode in RealKvHashMode
@@ -225,6 +240,20 @@ byte answers how often a change anywhere in a slot's bytes is seen.
 |---|---|---|---|
 """
         + "\n".join(sglang_rows)
+        + f"""
+
+By forward mode. The same histories in `ALL`, the settle's two decodes run as
+{", ".join(f"`{m}`" for m in SETTLE_MODES)}: a decode, a decode replaying a CUDA graph (two
+padding rows at its tail, plans kept from the replay before), a mixed batch (the decode rows in
+an extend batch) and EAGLE's target verify (the sampled token and two drafts a row; only the
+histories without the EAGLE offset, the target model's canary). The write's expected input tokens are
+the token oracle's in a decode and the input ids themselves in every extend mode, as
+SGLang's `TokenOracleManager` makes them.
+
+| fault | {" | ".join(f"`{m}`" for m in SETTLE_MODES)} |
+|---|---|---|---|---|
+"""
+        + "\n".join(mode_rows)
         + """
 
 Reading it for `--kv-canary-real-data`:

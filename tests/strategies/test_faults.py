@@ -44,11 +44,12 @@ def test_the_contract_names_every_class_of_the_registry_and_no_other():
 
 
 def test_the_detection_table_has_a_row_per_class_in_the_registrys_order():
-    first, serving, sglang = detection_rows()
+    first, serving, sglang, by_mode = detection_rows()
     assert [name for name, _ in first] == list(FAULT_KINDS)
     assert [name for name, _ in serving] == list(FAULT_KINDS)
     assert [text for _, text in first] == [FAULTS[k].description for k in FAULT_KINDS]
     assert [name for name, _ in sglang] == list(KV_BYTE_FAULTS)
+    assert [name for name, _ in by_mode] == list(FAULT_KINDS)
 
 
 @pytest.mark.parametrize("kind", FAULT_KINDS)
