@@ -307,7 +307,9 @@ class ReferenceSide:
     def write(self, key, forward: Forward, group: GroupLaunch, plan) -> None:
         races = "; ".join(write_races(plan, group.out_cache_loc))
         assert not races, f"the engine model made a write with no defined result: {races}"
-        reference.write(self.states[key], plan, **forward.write, out_cache_loc=group.out_cache_loc)
+        reference.write(
+            self.states[key], plan, **forward.write_for(key[1]), out_cache_loc=group.out_cache_loc
+        )
 
     def launches(self, key, forward: Forward, group: GroupLaunch, plans) -> None:
         """One endpoint's verify and write of a forward."""
@@ -413,7 +415,7 @@ class ImplementationSide:
     def write(self, key, forward: Forward, group: GroupLaunch, plan) -> None:
         self.impl.launch_canary_write_kernel(
             context=self.contexts[key], plan=plan,
-            **self._arguments({**forward.write, "out_cache_loc": group.out_cache_loc}),
+            **self._arguments({**forward.write_for(key[1]), "out_cache_loc": group.out_cache_loc}),
         )  # fmt: skip
 
     def sweep(self, group: SweepGroup) -> None:

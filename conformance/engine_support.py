@@ -199,8 +199,9 @@ def missing(dues: list[Due], rows: np.ndarray, fault: Fault) -> list[str]:
 
 def warm_up(engine: Engine, run) -> None:
     """A short history that leaves running requests (two sharing a cached prefix, in one
-    batch), a cached prefix no request uses and freshly sampled tokens: every fault class has
-    a place."""
+    batch), a cached prefix no request uses and freshly sampled tokens, with a target verify
+    that rejects drafts on the way (without the EAGLE offset): every fault class has a
+    place."""
     c = engine.config
 
     def each(*makes) -> None:
@@ -212,7 +213,12 @@ def warm_up(engine: Engine, run) -> None:
 
     for _ in range(3):
         engine.admit(c.context_len // 4 + 1, share=0)
-    each(lambda: engine.prefill(c.context_len), lambda: engine.decode(1))
+    # a target verify (the target model's canary: no EAGLE offset) that rejects a draft
+    each(
+        lambda: engine.prefill(c.context_len),
+        lambda: engine.decode(1),
+        lambda: engine.target_verify(3, 1),
+    )
     engine.finish(0)  # its prefix is cached, and shared by the next two requests
     engine.admit(2, share=1)
     engine.admit(3, share=1)

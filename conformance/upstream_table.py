@@ -214,6 +214,18 @@ DIVERGENCES: dict[int, Divergence] = {
         "torch reference in its place) unchecked",
         "core",
     ),
+    18: Divergence(
+        "the write's input assert cannot fire in an extend mode: the token oracle manager "
+        "expects the input ids themselves in EXTEND, MIXED and TARGET_VERIFY",
+        "core",
+        "With mixed chunked prefill or EAGLE, a sampled token that is swapped or corrupted "
+        "before a MIXED batch or a target verify writes it is its own expected input, and the "
+        "expected-token pool holds it too: the canary stays silent, where a DECODE batch "
+        "reports WRITE_TOKEN_MISMATCH. Under EAGLE the target model runs no DECODE, so its "
+        "canary never checks a sampled token.",
+        "repro_18_input_assert_off_in_extend_modes.py",
+        ("0.5.13", "0.5.23"),
+    ),
 }
 
 

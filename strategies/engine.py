@@ -20,14 +20,21 @@ cache, and turns each step of a history into exactly the launches the engine mak
 Its steps are those of a serving loop: :meth:`Engine.admit` (a new request, sharing a cached
 prefix or not), :meth:`Engine.prefill` (an extend batch: every request with unwritten prompt
 tokens writes its next chunk), :meth:`Engine.decode` (a decode batch, with padding rows whose
-lengths are stale), :meth:`Engine.finish` (the prefix goes to the cache, the row is freed),
-:meth:`Engine.retract` and :meth:`Engine.readmit`, :meth:`Engine.evict` (a cached prefix no
-one uses is dropped and its pages reallocated later) and :meth:`Engine.sweep` (a verify of
-every slot the cache holds). A forward step returns a :class:`Forward`: the scatter of the
-batch's token snapshots, the plan kernel's arguments (SGLang's ``PlanInput``: decode rows have
-the position as prefix and write one token), the write's arrays with the token oracle's
-expected inputs, and the KV bytes the forward writes into every written slot (distinct and
-non-zero). A sweep returns a :class:`Sweep`.
+lengths are stale, or replaying a CUDA graph, and a verify capacity that may overflow),
+:meth:`Engine.mixed` (a mixed batch: prompt chunks and decode rows), :meth:`Engine.idle` (an
+all-padding graph step), :meth:`Engine.target_verify` (EAGLE's target verify, then accept and
+rollback), :meth:`Engine.draft_decode` (the draft model's multi-step draft),
+:meth:`Engine.finish` (the prefix goes to the cache, the row is freed), :meth:`Engine.retract`
+and :meth:`Engine.readmit`, :meth:`Engine.evict` (a cached prefix no one uses is dropped and
+its pages reallocated later) and :meth:`Engine.sweep` (a verify of every slot the cache
+holds). A forward step returns a :class:`Forward`: the scatter of the batch's token snapshots,
+the plan kernel's arguments (SGLang's ``PlanInput``, per ``ForwardMode`` as
+``srt/kv_canary/plan_input.py`` builds it: decode rows have the position as prefix and write one
+token; a target verify's rows have ``seq_lens`` as prefix and write the draft count), the
+write's arrays with the expected inputs (the token oracle's in a decode, the input ids in every
+extend mode, as ``token_oracle/oracle_manager.py``), and the KV bytes the forward writes into
+every written slot (distinct and non-zero). A sweep returns a :class:`Sweep`. ``events``
+counts the situations of CONTRACT §12 and §15 the steps meet, for the suite's coverage check.
 
 A forward is bracketed as SGLang brackets it (``srt/kv_canary/single_forward_manager/``): for
 each buffer group (:data:`FULL`, and :data:`SWA` under a window) the plan, then a ``HEAD``
@@ -259,6 +266,13 @@ class Forward:
     #: padding rows stand at the tail with ``req_pool_indices``, ``positions`` and
     #: ``out_cache_loc`` zero and stale ``input_ids``
     graph: bool = False
+    #: what the forward changed in the write's arrays before the ``TAIL`` launches (a model
+    #: that moves ``positions`` in place): keywords replacing those of ``write`` there
+    tail_write: dict = field(default_factory=dict)
+
+    def write_for(self, stage: str) -> dict:
+        """The write's keywords at ``stage`` (``HEAD`` or ``TAIL``), but ``out_cache_loc``."""
+        return {**self.write, **self.tail_write} if stage == "TAIL" else self.write
 
     def group(self, name: str) -> GroupLaunch:
         return next(g for g in self.groups if g.group == name)
@@ -324,6 +338,14 @@ class Engine:
         #: it returns them as the forward stores them, or None while the forward does not make
         #: the store it changes; used once
         self.store_fault: Callable[[str, np.ndarray, np.ndarray], tuple | None] | None = None
+        #: a fault of the forward itself: the next forward's model moves its first token's
+        #: position by this much before the ``TAIL`` launches (None: no fault)
+        self.positions_fault: int | None = None
+        self.positions_fault_made: dict[str, int] | None = None  # its slot in each group
+        #: a fault of the next target verify's accept: it keeps one rejected draft as accepted
+        #: (``(request, position kept)`` once made)
+        self.accept_fault: bool = False
+        self.accept_fault_made: tuple[int, int, int] | None = None  # request, position, step
         #: how often each situation the suite counts came about (``strategies.engine`` names)
         self.events: Counter[str] = Counter()
         self.steps = 0
@@ -657,7 +679,10 @@ class Engine:
             groups=tuple(groups),
             mode=mode,
             graph=graph,
+            tail_write=self._tail_write(positions),
         )
+        if forward.tail_write:
+            self.positions_fault_made = {g.group: int(g.out_cache_loc[0]) for g in groups}
         self._after_forward(batch)
         self.log.append(
             f"{kind}: "
@@ -667,6 +692,16 @@ class Engine:
             + (" (graph replay)" if graph and kind != "idle" else "")
         )
         return forward
+
+    def _tail_write(self, positions: np.ndarray) -> dict:
+        """The write's arrays as a positions fault leaves them for the ``TAIL`` launches."""
+        if self.positions_fault is None or not positions.size:
+            return {}
+        moved = positions.copy()
+        moved[0] += self.positions_fault
+        self.positions_fault = None
+        self.events["positions moved between the HEAD and the TAIL launches"] += 1
+        return {"positions": moved}
 
     def _stored(self, group: str, slots: np.ndarray, kv: np.ndarray) -> tuple[np.ndarray, ...]:
         """The slots of ``group``'s pool and the KV bytes the forward stores there: those it
@@ -884,6 +919,16 @@ class Engine:
         written, and the target's own token after them is sampled; the positions it keeps."""
         room = self.config.context_len + self.config.offset - len(req.tokens)
         accepted = (truth[:kept] + [truth[kept]])[:room]  # a full row samples nothing more
+        if self.accept_fault and kept < len(ids) - 1 and len(accepted) == kept + 1:
+            # the fault: the first rejected draft counts as accepted, its record kept; the
+            # target's token after it is sampled as if that draft were right
+            self.accept_fault = False
+            self.accept_fault_made = (req.rid, req.written + kept + 1, self.steps)
+            more = self._fresh(1)
+            accepted = (accepted + more)[:room]
+            req.tokens += accepted
+            req.truth += accepted
+            return kept + 2
         req.tokens += accepted
         req.truth += accepted
         self.events["drafts rejected and their pages freed"] += int(kept < len(ids) - 1)

@@ -13,7 +13,8 @@ writes each buffer group's ``HEAD`` buffer (no real-KV source) and ``TAIL`` buff
 KV pool), and a sweep verifies the tail buffer under ``SWEEP`` (:mod:`strategies.engine`).
 
 :data:`FAULTS` is the registry: SGLang's five self-test perturbations
-(``sglang/srt/kv_canary/perturb/``), then two allocator bugs and two of the forward's KV store. The engine histories of the suite
+(``sglang/srt/kv_canary/perturb/``), then two allocator bugs, two of the forward's KV store, one
+of the forward's positions and one of speculative decoding's accept. The engine histories of the suite
 (``conformance/test_engine.py``), the settle (``conformance.engine_support.inject_and_settle``)
 and the detection table (``tools/detection_table.py``) read it; a new class is one more object
 here (CONTRIBUTING.md says what else to touch).
@@ -549,6 +550,82 @@ class DroppedStore(_StoreFault):
         return [], True
 
 
+# ---------------------------------------------------------------------------------------------
+# The forward and speculative decoding
+
+
+class PositionsMoved(FaultClass):
+    """The model of the next forward moves its first token's position in place (SGLang has an
+    option for a model that mutates ``positions``) after the ``HEAD`` launches: the ``TAIL``
+    write of each group stores that token's record with the moved position, and reports it with
+    ``WRITE_POSITION`` (the expected input positions were taken before the forward); the
+    ``HEAD`` launches saw the positions as planned. Every hash mode and forward mode sees it."""
+
+    name = "positions_moved"
+    description = "the forward moves a token's position before the TAIL launches"
+
+    def make(self, engine, pick, byte):
+        ready = [r for r in engine.running.values() if engine.will_run(r)]
+        if not ready:
+            return None
+        engine.positions_fault = 1 + pick % 3
+        engine.positions_fault_made = None
+        what = f"{self.name}: the next forward moves its first position by {1 + pick % 3}"
+        return Fault(self.name, None, frozenset(), (), what)
+
+    def due(self, engine, fault, buffers):
+        return [], False  # the slot is known once the forward ran: see due_after_settle
+
+    def due_after_settle(self, engine, fault):
+        made, engine.positions_fault = engine.positions_fault_made, None
+        if made is None:
+            return None  # no forward came
+        return [
+            Due(slot, FailReason.WRITE_POSITION_MISMATCH, tags=tags(group, "TAIL"))
+            for group, slot in made.items()
+            if slot
+        ]
+
+
+class AcceptOffByOne(FaultClass):
+    """EAGLE's accept keeps one draft too many: at the next target verify that rejects a
+    draft, the first rejected draft's position stays written (its record holds the draft
+    token) and the target's token for that position is sampled as if it were right: reported
+    with ``TOKEN`` at that slot by the ``FULL`` group's next ``HEAD`` and ``TAIL`` verifies of
+    the request, in every hash mode. Only a target verify accepts drafts: with the settle's
+    decodes in another mode nothing happens."""
+
+    name = "accept_off_by_one"
+    description = "a target verify keeps one rejected draft as accepted"
+    unseen_in = {
+        mode: f"no draft is accepted in a {mode} forward: the fault is never made"
+        for mode in ("DECODE", "MIXED")
+    }
+
+    def make(self, engine, pick, byte):
+        if engine.config.offset or not any(
+            r.decoding and engine.will_run(r) for r in engine.running.values()
+        ):
+            return None
+        engine.accept_fault, engine.accept_fault_made = True, None
+        what = f"{self.name}: the next target verify that rejects a draft keeps it"
+        return Fault(self.name, None, frozenset(), (), what)
+
+    def due(self, engine, fault, buffers):
+        return [], False
+
+    def due_after_settle(self, engine, fault):
+        made, engine.accept_fault = engine.accept_fault_made, False
+        if made is None:
+            return None  # no target verify rejected a draft
+        rid, pos, step = made
+        req = engine.running.get(rid)
+        if req is None or engine.last_run.get(rid, -1) <= step or pos >= req.written:
+            return None  # the request never ran again
+        slot = engine.full_slot(req, pos)
+        return [Due(slot, TOKEN, tags=tags(FULL, stage)) for stage in ("HEAD", "TAIL")]
+
+
 def verified_next(engine: Engine, group: str = FULL) -> list:
     """``(request, position)`` of every written position the next forward of its request
     verifies in ``group`` (the whole prefix in ``FULL``, the window it will have then in
@@ -576,8 +653,8 @@ def page_heads(engine: Engine) -> list:
 #: The ``req_to_token`` class, which the pipeline property's page-table change uses too.
 REQ_TO_TOKEN = ReqToToken()
 #: Every fault class by name, in the order of the suite's parameters and the detection table:
-#: SGLang's five self-test perturbations, two allocator bugs, then two bugs of the forward's
-#: KV store.
+#: SGLang's five self-test perturbations, two allocator bugs, two bugs of the forward's KV
+#: store, a forward that moves positions and an off-by-one accept of speculative decoding.
 FAULTS: dict[str, FaultClass] = {
     c.name: c
     for c in (
@@ -590,6 +667,8 @@ FAULTS: dict[str, FaultClass] = {
         FreedWhileReferenced(),
         MisdirectedStore(),
         DroppedStore(),
+        PositionsMoved(),
+        AcceptOffByOne(),
     )
 }
 #: The names of the fault classes.

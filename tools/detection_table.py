@@ -129,13 +129,13 @@ def serving(kind: str, mode: int, index: int) -> int | None | bool:
     return None
 
 
-def serving_cell(results) -> str:
+def serving_cell(results, why: str = "") -> str:
     made = [r for r in results if r is not False]
     seen = sorted(r for r in made if r is not None)
     if not made:
         return "no place"
     if not seen:
-        return f"never (0 of {len(made)})"
+        return f"never (0 of {len(made)}){': ' + why if why else ''}"
     return f"{len(seen)} of {len(made)}, median step {seen[len(seen) // 2]}, last {seen[-1]}"
 
 
@@ -188,7 +188,10 @@ def render() -> tuple[str, list[str]]:
                 sglang.append(cell(results, FAULTS[kind].why_never(mode)))
             sglang_rows.append(f"| `{kind}` | " + " | ".join(sglang) + " |")
         served = [
-            serving_cell([serving(kind, mode, i) for i in range(TRIALS)]) for mode in RealKvHashMode
+            serving_cell(
+                [serving(kind, mode, i) for i in range(TRIALS)], FAULTS[kind].why_never(mode)
+            )
+            for mode in RealKvHashMode
         ]
         serving_rows.append(f"| `{kind}` | " + " | ".join(served) + " |")
     text = (
