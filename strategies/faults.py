@@ -114,6 +114,11 @@ class FaultClass:
     #: why a forward mode that writes what the fault changed never reports it, by SGLang's
     #: ``ForwardMode`` (the settle's decodes in that mode)
     unseen_in: dict[str, str] = {}
+    #: the forward mode of the settle's decodes in which the class is judged by default (the
+    #: detection table's first table), and whether only the target model's canary (no EAGLE
+    #: offset) has a place for it
+    settle_mode = "DECODE"
+    target_model_only = False
 
     def why_never(self, hash_mode: int, forward_mode: str = "DECODE") -> str:
         """Why the class is never reported in ``hash_mode`` with the settle's decodes in
@@ -597,6 +602,8 @@ class AcceptOffByOne(FaultClass):
 
     name = "accept_off_by_one"
     description = "a target verify keeps one rejected draft as accepted"
+    settle_mode = "TARGET_VERIFY"
+    target_model_only = True
     unseen_in = {
         mode: f"no draft is accepted in a {mode} forward: the fault is never made"
         for mode in ("DECODE", "MIXED")

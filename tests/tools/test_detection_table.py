@@ -27,8 +27,11 @@ def test_the_document_is_up_to_date():
 
 
 def test_every_class_has_a_place_in_most_histories(results):
+    """Most histories have a place for each class (a class only the target model's canary has
+    is placed in the histories without the EAGLE offset, half of them)."""
     for key, trials in results.items():
-        assert sum(t is not None for t in trials) >= dt.TRIALS * 3 // 4, key
+        share = 3 / 8 if FAULTS[key[0]].target_model_only else 3 / 4
+        assert sum(t is not None for t in trials) >= int(dt.TRIALS * share), key
 
 
 def test_no_history_misses_a_due_report(results):
