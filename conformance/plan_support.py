@@ -317,13 +317,9 @@ def pipeline_forwards(batch: EngineBatch, change: TableChange | None = None) -> 
         window = plan.pop("swa_window_size")
         plan.pop("full_to_swa_index_mapping")
         ids, positions, slots = write_arrays(batch, table, lut, prefix, extend)
-        write = dict(
-            input_ids=ids,
-            positions=positions,
-            enable_write_input_assert=False,
-            expected_input_tokens=None,
-            expected_input_positions=None,
-        )
+        # without the input assert: no expected inputs
+        write = dict(input_ids=ids, positions=positions, enable_write_input_assert=False)
+        write.update(dict.fromkeys(("expected_input_tokens", "expected_input_positions")))
         group = GroupLaunch(
             group="FULL",
             swa_window_size=window,
