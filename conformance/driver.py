@@ -32,7 +32,7 @@ import reference
 import strategies as st_kv
 from conformance.assertions import fail, to_numpy
 from conformance.write_verify_support import Snapshot, assert_same_state
-from strategies.engine import Forward, GroupLaunch, Sweep, SweepGroup
+from strategies.engine import STAGES, Forward, GroupLaunch, Move, Sweep, SweepGroup
 
 __all__ = [
     "PLAN_FIELDS",
@@ -47,6 +47,7 @@ __all__ = [
     "graph_plans",
     "host",
     "launch_name",
+    "move",
     "plan_differences",
     "plan_host",
     "reference_plans",
@@ -251,6 +252,31 @@ def launch_name(state: reference.CanaryState) -> str:
     return reference.CanaryLaunchTag(int(state.kernel_kind)).name
 
 
+def move(side, step: Move) -> None:
+    """KV that moves without a forward, on one side (no kernel runs: the engine copies): a save
+    copies each group's slots of its KV pool and of its head and tail canary buffers into the
+    side's host copy ``step.key``; a load copies the host copy into its slots (slot ``i`` the
+    KV of saved slot ``kv_from[i]`` and the records of ``records_from[i]``, none where -1)
+    and consumes it."""
+    for group in step.groups:
+        arrays = {"kv": side.kv(group.group)}
+        arrays.update({stage: side.canary_buf((group.group, stage)) for stage in STAGES})
+        slots = side.slot_index(group.slots)
+        if step.save:
+            saved = {name: side.copy(a[slots]) for name, a in arrays.items()}
+            side.host.setdefault(step.key, {})[group.group] = saved
+            continue
+        saved = side.host[step.key][group.group]
+        for name, a in arrays.items():
+            taken = group.kv_from if name == "kv" else group.records_from
+            assert taken is not None
+            keep = taken >= 0
+            if keep.any():
+                a[side.slot_index(group.slots[keep])] = saved[name][side.slot_index(taken[keep])]
+    if not step.save:
+        del side.host[step.key]
+
+
 class ReferenceSide:
     """The reference side of a history: a ``CanaryState`` per endpoint, keyed ``(group,
     stage)`` (all sharing one ring and write index, as SGLang's endpoints share its violation
@@ -262,6 +288,18 @@ class ReferenceSide:
         self.states: dict = states
         self.pool = None if pool is None else pool.copy()
         self.graph_plans: dict = {}  # a captured graph's plans, kept from replay to replay
+        self.host: dict = {}  # the host copies of KV moved without a forward (:func:`move`)
+
+    def canary_buf(self, key) -> np.ndarray:
+        return self.states[key].canary_buf
+
+    @staticmethod
+    def slot_index(slots: np.ndarray) -> np.ndarray:
+        return slots
+
+    @staticmethod
+    def copy(array: np.ndarray) -> np.ndarray:
+        return array.copy()
 
     @property
     def state(self) -> reference.CanaryState:
@@ -332,9 +370,11 @@ class ReferenceSide:
     def sweep(self, group: SweepGroup) -> None:
         self.verify((group.group, SWEEP), reference.VerifyPlan(**sweep_plan(group)), tokens=False)
 
-    def forward_or_sweep(self, step: Forward | Sweep) -> None:
+    def forward_or_sweep(self, step: Forward | Sweep | Move) -> None:
         """Run one step of a history (the reference alone)."""
-        if isinstance(step, Sweep):
+        if isinstance(step, Move):
+            move(self, step)
+        elif isinstance(step, Sweep):
             for group in step.groups:
                 self.sweep(group)
         else:
@@ -356,6 +396,7 @@ class ImplementationSide:
         self.impl, self.device, self.worlds = impl, device, worlds
         self.graph_plans: dict = {}  # a captured graph's plans, kept from replay to replay
         self.contexts = {key: made.context(impl) for key, made in worlds.items()}
+        self.host: dict = {}  # the host copies of KV moved without a forward (:func:`move`)
         self.pool = self.tensor(pool)
         self.table = self.tensor(table)
         self.lut = self.tensor(lut)
@@ -367,6 +408,16 @@ class ImplementationSide:
 
     def kv(self, group: str) -> torch.Tensor:
         return self.worlds[(group, "TAIL")].sources[0].tensor
+
+    def canary_buf(self, key) -> torch.Tensor:
+        return self.worlds[key].canary_buf
+
+    def slot_index(self, slots: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.asarray(slots, dtype=np.int64)).to(self.device)
+
+    @staticmethod
+    def copy(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.clone()
 
     def tensor(self, array):
         """A tensor of its own (never sharing the caller's array) on the device."""
@@ -432,7 +483,7 @@ class ImplementationSide:
 def run_step(
     impl: ImplementationSide,
     oracle: ReferenceSide,
-    step: Forward | Sweep,
+    step: Forward | Sweep | Move,
     *,
     what: Callable[[str], str],
     config: str,
@@ -443,6 +494,10 @@ def run_step(
     KV stores, then per group the ``TAIL`` launches). ``what(launch)`` names the point of a
     comparison for its failure message."""
     __tracebackhide__ = True
+    if isinstance(step, Move):  # no launch: the engine copies, on both sides alike
+        move(impl, step)
+        move(oracle, step)
+        return
 
     def same(key, launch: str, since: int) -> None:
         state = oracle.states[key]

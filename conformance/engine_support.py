@@ -26,7 +26,7 @@ from conformance import driver
 from conformance.assertions import fail_bits_name
 from conformance.driver import SWEEP, ImplementationSide, ReferenceSide
 from strategies import faults
-from strategies.engine import GROUPS, KV_BYTES, STAGES, Engine, Forward, Sweep
+from strategies.engine import GROUPS, KV_BYTES, PREFILL, STAGES, Engine, Forward, Move, Sweep
 from strategies.faults import Due, Fault
 
 __all__ = [
@@ -108,14 +108,49 @@ def oracle_world(engine: Engine) -> dict:
 
 class OracleRun(ReferenceSide):
     """The reference side of an engine's history: the worlds of :func:`oracle_world` and the
-    engine's expected-token pool."""
+    engine's expected-token pool; ``peer``, the side of its prefill engine (PD transfers),
+    made on first use, sharing the host copies of moved KV."""
 
     def __init__(self, engine: Engine, states: dict | None = None):
         super().__init__(oracle_world(engine) if states is None else states, engine.pool)
+        self.engine = engine
+        self.peer: OracleRun | None = None
+
+    def peer_run(self) -> OracleRun:
+        """The reference side of the engine's prefill engine."""
+        if self.peer is None:
+            assert self.engine.peer is not None
+            self.peer = OracleRun(self.engine.peer)
+            self.peer.host = self.host
+        return self.peer
+
+    def forward_or_sweep(self, step: Forward | Sweep | Move) -> None:
+        """Run one step of a history (the reference alone), on the prefill engine's side for
+        a step of a PD transfer's prefill engine."""
+        side = self.peer_run() if getattr(step, "engine", "") == PREFILL else self
+        ReferenceSide.forward_or_sweep(side, step)
 
     def buffers(self) -> dict:
-        """Each endpoint's canary buffer as it is now, keyed by its launch tag."""
-        return {TAGS[key]: state.canary_buf for key, state in self.states.items()}
+        """Each endpoint's canary buffer as it is now, keyed by its launch tag; each group's KV
+        pool keyed ``("KV", group)``; the prefill engine's, if any, under :data:`PREFILL`."""
+        out: dict = {TAGS[key]: state.canary_buf for key, state in self.states.items()}
+        out.update({("KV", g): self.kv(g) for g in self.engine.config.groups})
+        if self.peer is not None:
+            out[PREFILL] = self.peer.buffers()
+        return out
+
+    def silence_problem(self, since: int = 0) -> str:
+        """What the rings stored that a correct history must not: this engine's since write
+        index ``since``, and its prefill engine's (which no fault touches), in words ("": none)."""
+        lines = []
+        if self.index != since:
+            lines.append(f"{self.index - since} reports: first {self.rows(since)[:2].tolist()}")
+        if self.peer is not None and self.peer.index:
+            lines.append(
+                f"{self.peer.index} reports of the prefill engine: first "
+                f"{self.peer.rows(0)[:2].tolist()}"
+            )
+        return "; ".join(lines)
 
 
 class ImplRun(ImplementationSide):
@@ -124,6 +159,8 @@ class ImplRun(ImplementationSide):
     its tail's buffer and source), and the engine's page table, SWA table and pool."""
 
     def __init__(self, impl, device, engine: Engine, states: dict):
+        self.engine = engine
+        self.peer: ImplRun | None = None
         c = engine.config
         worlds: dict = {}
         shared = None
@@ -163,11 +200,26 @@ class ImplRun(ImplementationSide):
             impl, device, worlds, pool=engine.pool, table=engine.req_to_token, lut=engine.lut
         )
 
+    def peer_run(self, oracle: OracleRun) -> ImplRun:
+        """The implementation side of the engine's prefill engine, from its reference side."""
+        if self.peer is None:
+            assert self.engine.peer is not None
+            self.peer = ImplRun(self.impl, self.device, self.engine.peer, oracle.states)
+            self.peer.host = self.host
+        return self.peer
 
-def run_step(impl: ImplRun, oracle: OracleRun, step: Forward | Sweep, *, what: str, config: str):
+
+def run_step(
+    impl: ImplRun, oracle: OracleRun, step: Forward | Sweep | Move, *, what: str, config: str
+):
     """One step of a history on both sides, compared after every launch
-    (:func:`conformance.driver.run_step`); ``what`` names the step in failure messages."""
+    (:func:`conformance.driver.run_step`), on the prefill engine's sides for a step of a PD
+    transfer's prefill engine; ``what`` names the step in failure messages."""
     __tracebackhide__ = True
+    if getattr(step, "engine", "") == PREFILL:
+        oracle = oracle.peer_run()
+        impl = impl.peer_run(oracle)
+        what = f"{what}, on the prefill engine"
     driver.run_step(impl, oracle, step, what=lambda launch: f"{what}, {launch}", config=config)
 
 
@@ -237,7 +289,8 @@ def inject_and_settle(
     mode: str = "DECODE",
 ):
     """Make a fault of class ``kind`` (``flip(group, slot, byte)`` changes the
-    implementation's KV too), run :data:`SETTLE` through ``run``, and judge the reports by what the class predicts
+    implementation's KV too), run its own steps (a faulty move) and :data:`SETTLE` through
+    ``run``, and judge the reports by what the class predicts
     (:mod:`strategies.faults`): ``(fault, problems, first)`` with ``first`` the number of steps
     after the fault until the first report (None: none), or None when the engine has no place
     for the fault or too few free pages (or SWA slots) to settle."""
@@ -246,16 +299,11 @@ def inject_and_settle(
         return None
     if engine.spare_swa_slots() < room * engine.config.page_size:
         return None
+    since = oracle.index
     fault = faults.make(engine, kind, pick, byte)
     if fault is None:
         return None
     cls = faults.FAULTS[kind]
-    due = cls.due(engine, fault, oracle.buffers())
-    if fault.flip is not None:
-        oracle.flip(*fault.flip)
-        if flip is not None:
-            flip(*fault.flip)
-    since = oracle.index
     steps = [0, None]
 
     def counted(step):
@@ -264,7 +312,17 @@ def inject_and_settle(
         if steps[1] is None and oracle.index != since:
             steps[1] = steps[0]
 
+    for step in fault.steps:  # the fault's own steps (a faulty move of KV) come first
+        run(step)
+    due = cls.due(engine, fault, oracle.buffers())
+    if fault.flip is not None:
+        oracle.flip(*fault.flip)
+        if flip is not None:
+            flip(*fault.flip)
     settle(engine, counted, mode, pick)
+    peer = "" if oracle.peer is None else oracle.peer.silence_problem()
+    if peer:
+        return fault, [f"the prefill engine, which no fault touches, reported: {peer}"], steps[1]
     later = None if due is None else cls.due_after_settle(engine, fault)
     if due is None or later is None:
         return fault, [], steps[1]  # nothing promised

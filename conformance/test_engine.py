@@ -48,7 +48,8 @@ class EngineMachine(stateful.RuleBasedStateMachine):
         self.impl, self.device = impl, device
         self.fault = None
 
-    @initialize(config=engine_configs(**engine_sizes(), min_slots=32))
+    # four rows at least: the warm-up's two requests sharing a prefix run in one batch
+    @initialize(config=engine_configs(**engine_sizes(), min_slots=32, min_rows=4))
     def start(self, config):
         self.engine = Engine(config)
         self.oracle = OracleRun(self.engine)
@@ -56,6 +57,13 @@ class EngineMachine(stateful.RuleBasedStateMachine):
         # a running start: requests prefilled and decoding, one sharing a cached prefix, and a
         # cached prefix no request uses
         warm_up(self.engine, self._run)
+        # the rarest steps once in every history: a decode whose verify plans overflow, a
+        # graph captured and replayed (its plans reused), the draft model's multi-step draft
+        self._run(self.engine.decode(0, overflow=True))
+        for _ in range(2):
+            self._run(self.engine.decode(1, graph=True))
+        for forward in self.engine.draft_decode(3):
+            self._run(forward)
 
     def _run(self, step) -> None:
         if step is None:
@@ -119,6 +127,32 @@ class EngineMachine(stateful.RuleBasedStateMachine):
         self.engine.readmit(pick)
         self._tick()
 
+    @rule(pick=st.integers(0, 7))
+    def relocate(self, pick):
+        for step in self.engine.relocate(pick):
+            self._run(step)
+        self._tick()
+
+    @rule(pick=st.integers(0, 7), restore=st.sampled_from((True, True, False)))
+    def backup(self, pick, restore):
+        """A request retracted with its KV backed up; restored after the next forward, or by a
+        later rule (or computed again by a readmission)."""
+        self._run(self.engine.backup(pick))
+        self._tick()
+        if restore:
+            self.restore(pick)
+
+    @rule(pick=st.integers(0, 7))
+    def restore(self, pick):
+        self._run(self.engine.restore(pick))
+        self._tick()
+
+    @rule(new_tokens=st.integers(1, engine_step_sizes()["new_tokens"]))
+    def receive(self, new_tokens):
+        for step in self.engine.receive(new_tokens):
+            self._run(step)
+        self._tick()
+
     @rule()
     def evict(self):
         self.engine.evict()
@@ -156,10 +190,15 @@ class EngineMachine(stateful.RuleBasedStateMachine):
 
     @invariant()
     def silent_without_a_fault(self):
-        if hasattr(self, "engine") and self.fault is None and self.oracle.index:
+        if not hasattr(self, "engine"):
+            return
+        problem = self.oracle.silence_problem() if self.fault is None else ""
+        if not problem and self.oracle.peer is not None:  # no fault touches the prefill engine
+            problem = self.oracle.peer.silence_problem()
+        if problem:
             fail(
-                f"{self.oracle.index} reports on a correct history (the implementation agreed "
-                f"with the reference): first {self.oracle.rows(0)[:2].tolist()}",
+                f"{problem} on a correct history (the implementation agreed with the "
+                "reference)",
                 config=self.engine.describe(),
             )
 
@@ -184,6 +223,9 @@ REQUIRED_SITUATIONS = (
     "forward IDLE replaying a graph",
     "forward TARGET_VERIFY",
     "a draft decode step",
+    "a cached prefix offloaded and reloaded into other slots",
+    "a retracted request restored from its backup",
+    "a request received from a prefill engine, page by page",
 )
 SITUATIONS: Counter[str] = Counter()
 

@@ -71,12 +71,15 @@ __all__ = [
     "FULL",
     "GROUPS",
     "KV_BYTES",
+    "PREFILL",
     "STAGES",
     "SWA",
     "Engine",
     "EngineConfig",
     "Forward",
     "GroupLaunch",
+    "Move",
+    "MoveGroup",
     "Sweep",
     "SweepGroup",
     "engine_configs",
@@ -92,6 +95,9 @@ GROUPS = (FULL, SWA)
 #: The launches of a forward on each group's buffers, in order: ``HEAD`` (before the forward,
 #: no real-KV sources) and ``TAIL`` (after it, the group's KV pool as source).
 STAGES = ("HEAD", "TAIL")
+#: The engine a step of a PD transfer runs on when it is not the engine that made it: its
+#: prefill engine (:attr:`Engine.peer`), which has buffers of its own.
+PREFILL = "prefill"
 
 
 def pick_from(items: list, pick: int) -> Any:
@@ -161,6 +167,7 @@ def engine_configs(
     max_context_len: int = 16,
     max_rows: int = 6,
     min_slots: int = 12,
+    min_rows: int = 3,
     modes=tuple(int(m) for m in RealKvHashMode),
 ) -> EngineConfig:
     """Engines of up to ``max_pages`` pages of 1, 2 or 4 slots and ``max_rows`` pool rows of up
@@ -181,7 +188,7 @@ def engine_configs(
     config = EngineConfig(
         page_size=page_size,
         num_pages=num_pages,
-        pool_rows=draw(st.integers(3, max(3, max_rows)), label="pool_rows"),
+        pool_rows=draw(st.integers(min_rows, max(min_rows, max_rows)), label="pool_rows"),
         context_len=context_len,
         swa_window=swa_window,
         offset=draw(st.sampled_from((0, 1)), label="offset"),
@@ -194,7 +201,8 @@ def engine_configs(
     # windows evict under pressure without starving the engine
     num_slots = num_pages * page_size
     least = min(num_slots, max(num_slots // 3, context_len + 2 * page_size))
-    swa_slots = draw(st.integers(least, num_slots), label="swa_slots")
+    # the smallest pool as often as any other, so that pressure comes about
+    swa_slots = draw(st.one_of(st.just(least), st.integers(least, num_slots)), label="swa_slots")
     return dataclasses.replace(config, swa_slots=swa_slots)
 
 
@@ -269,6 +277,9 @@ class Forward:
     #: what the forward changed in the write's arrays before the ``TAIL`` launches (a model
     #: that moves ``positions`` in place): keywords replacing those of ``write`` there
     tail_write: dict = field(default_factory=dict)
+    #: whose buffers the step runs on: ``""`` the engine's own, :data:`PREFILL` its prefill
+    #: engine's (a PD transfer's prefill)
+    engine: str = ""
 
     def write_for(self, stage: str) -> dict:
         """The write's keywords at ``stage`` (``HEAD`` or ``TAIL``), but ``out_cache_loc``."""
@@ -298,6 +309,38 @@ class Sweep:
 
     def group(self, name: str) -> SweepGroup:
         return next(g for g in self.groups if g.group == name)
+
+
+@dataclass(frozen=True)
+class MoveGroup:
+    """One buffer group's part of a :class:`Move`: the slots of the group's pool it saves or
+    loads. A load's slot ``i`` takes the KV of the saved slot ``kv_from[i]`` and the records (in
+    the head and the tail canary buffer) of the saved slot ``records_from[i]``; -1: it keeps
+    its own (a fault of the move)."""
+
+    group: str
+    slots: np.ndarray
+    kv_from: np.ndarray | None = None
+    records_from: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Move:
+    """KV that moves without a forward, no kernel launched: a ``save`` copies each group's
+    slots (their KV and their records in both canary buffers) to the host copy ``key``; a load
+    copies a host copy into other slots, and consumes it. ``kind`` says what moves the KV:
+    ``offload`` and ``reload`` (a cached prefix goes to the host pool and comes back into other
+    slots, as HiCache does), ``backup`` and ``restore`` (a retracted request's KV), ``send``
+    and ``receive`` (a PD transfer from the prefill engine, page by page, the records spliced
+    into it as SGLang's ``pool_patcher/buf_info_splice.py`` splices the canary buffers into
+    the pool's transfer buffers); ``engine``: whose buffers (``""`` the engine's own,
+    :data:`PREFILL` its prefill engine's)."""
+
+    kind: str
+    key: int
+    save: bool
+    groups: tuple[MoveGroup, ...]
+    engine: str = ""
 
 
 class Engine:
@@ -360,6 +403,14 @@ class Engine:
         self._captured: set[int] = set()  # the batch sizes of the graphs replayed so far
         #: per pool row, ``(request, tokens it knew)`` of its last owner when it left the row
         self._row_last_len: dict[int, tuple[int, int]] = {}
+        #: the prefill engine of PD transfers (made by the first :meth:`receive`): the same
+        #: sizes, a seed and tokens of its own
+        self.peer: Engine | None = None
+        self._keys = 0  # the last host copy's key
+        #: a retracted request's backup: ``(host copy, positions written, SWA-resident mask)``
+        self.backups: dict[int, tuple[int, int, list[bool]]] = {}
+        #: the full slots of the last move's source and destination, position by position
+        self.last_move: tuple[list[int], list[int]] | None = None
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -969,9 +1020,7 @@ class Engine:
     def retract(self, pick: int) -> int | None:
         """A running request that has written KV is preempted: its KV is freed and it waits
         with its tokens."""
-        req = pick_from(
-            [r for r in sorted(self.running.values(), key=lambda r: r.rid) if r.written], pick
-        )
+        req = pick_from(self.retractable(), pick)
         if req is None:
             return None
         del self.running[req.rid]
@@ -990,6 +1039,7 @@ class Engine:
         if not self.waiting or not self.free_rows:
             return None
         req = self.waiting.pop(pick % len(self.waiting))
+        self.backups.pop(req.rid, None)  # computed again, not restored
         req.row = self.free_rows.pop(0)
         req.written, req.pages, req.decoding = 0, [], False
         self.events["a retracted request readmitted"] += 1
@@ -1032,6 +1082,209 @@ class Engine:
                 )
             )
         return Sweep(tuple(groups))
+
+    # -- KV that moves without a forward ---------------------------------------------------------
+
+    def _key(self) -> int:
+        self._keys += 1
+        return self._keys
+
+    def _resident(self, full: list[int], positions: range | None = None) -> list[bool]:
+        """Per full slot, whether its SWA slot is saved with it: it has one and (``positions``,
+        the request's window) its position is in the window. Without a window, all."""
+        if self.lut is None:
+            return [True] * len(full)
+        return [
+            bool(self.lut[s]) and (positions is None or i in positions) for i, s in enumerate(full)
+        ]
+
+    def _save(self, kind: str, key: int, full: list[int], resident: list[bool]) -> Move:
+        """A save of the full slots ``full`` and the SWA slots of those ``resident``."""
+        groups = [MoveGroup(FULL, np.asarray(full, dtype=np.int64))]
+        if self.lut is not None:
+            swa = [int(self.lut[s]) for s, keep in zip(full, resident, strict=True) if keep]
+            groups.append(MoveGroup(SWA, np.asarray(swa, dtype=np.int64)))
+        return Move(kind, key, True, tuple(groups))
+
+    def _load(
+        self, kind: str, key: int, full: list[int], resident: list[bool], taken: np.ndarray,
+        *, kv: bool = True, records: bool = True, written: int | None = None,
+    ) -> Move:  # fmt: skip
+        """A load of host copy ``key`` into the full slots ``full`` (slot ``i`` takes saved slot
+        ``taken[i]``; ``kv`` or ``records`` False: the ``FULL`` slots keep their own), and into
+        the SWA slots of the positions saved ``resident``; the SWA slots of the other
+        positions before ``written`` (default: all) are evicted (a position out of the window
+        has none); a later position keeps its SWA slot for the forward that writes it."""
+        none = np.full(len(full), -1, dtype=np.int64)
+        groups = [
+            MoveGroup(
+                FULL, np.asarray(full, dtype=np.int64),
+                kv_from=taken if kv else none, records_from=taken if records else none,
+            )
+        ]  # fmt: skip
+        if self.lut is not None:
+            end = len(full) if written is None else written
+            self._evict_slots(s for s, keep in zip(full[:end], resident[:end], strict=True) if not keep)
+            swa = [int(self.lut[s]) for s, keep in zip(full, resident, strict=True) if keep]
+            order = np.arange(len(swa), dtype=np.int64)
+            groups.append(MoveGroup(SWA, np.asarray(swa, dtype=np.int64), order, order))
+        return Move(kind, key, False, tuple(groups))
+
+    def _cache_pages(self, n: int) -> list[int] | None:
+        """``n`` pages for the prefix cache (held by it, not by a request), or None."""
+        pages = self._alloc_pages(n)
+        for page in pages or ():
+            self.req_refs[page] -= 1
+            self.cache_refs[page] += 1
+        return pages
+
+    def relocate(self, pick: int, *, kv: bool = True, records: bool = True) -> list[Move]:
+        """A cached prefix no request uses is offloaded to the host pool and loaded back into
+        other pages, as HiCache does (``mem_cache/memory_pool_host.py``, ``pool_host/``): its
+        KV and its records go to the host and come back into the new slots, the old pages are
+        freed. ``kv`` or ``records`` False: the load leaves the new ``FULL`` slots' KV or
+        records as they were (a fault: :mod:`strategies.faults`). Returns the offload and the
+        reload, to run in order (none: no such prefix, or no free pages)."""
+        idle = [e for e in self.cache if not any(self.req_refs[p] for p in e.pages)]
+        entry = pick_from(idle, pick)
+        if entry is None:
+            return []
+        pages = self._cache_pages(len(entry.pages))
+        if pages is None:
+            return []
+        key = self._key()
+        old = self.cached_full_slots(entry)
+        resident = self._resident(old)
+        offload = self._save("offload", key, old, resident)
+        old_pages, entry.pages = entry.pages, tuple(pages)
+        new = self.cached_full_slots(entry)
+        taken = np.arange(len(new), dtype=np.int64)
+        reload = self._load("reload", key, new, resident, taken, kv=kv, records=records)
+        for page in old_pages:
+            self._release(page, cache=True)
+        self.last_move = (old, new)
+        self.steps += 1
+        self.events["a cached prefix offloaded and reloaded into other slots"] += 1
+        self.log.append(f"relocate: a cached prefix of {entry.length} into pages {list(pages)}")
+        return [offload, reload]
+
+    def backup(self, pick: int) -> Move | None:
+        """A running request is retracted (:meth:`retract`) with its KV backed up to the host
+        first: its written positions, and their SWA slots in its window; :meth:`restore` loads
+        them back."""
+        live = [r for r in sorted(self.running.values(), key=lambda r: r.rid) if r.written]
+        req = pick_from(live, pick)
+        if req is None:
+            return None
+        key = self._key()
+        full = [self.full_slot(req, p) for p in range(req.written)]
+        resident = self._resident(full, range(self.window_start(req.written), req.written))
+        save = self._save("backup", key, full, resident)
+        self.backups[req.rid] = (key, req.written, resident)
+        self.retract(self.retractable().index(req))
+        self.log[-1] += " (KV backed up)"
+        return save
+
+    def retractable(self) -> list:
+        """The requests :meth:`retract` picks among, in its order."""
+        return [r for r in sorted(self.running.values(), key=lambda r: r.rid) if r.written]
+
+    def restore(self, pick: int) -> Move | None:
+        """A retracted request whose KV was backed up comes back in a free row with new pages,
+        its KV and records loaded from the backup: it goes on where it stopped."""
+        ready = [r for r in self.waiting if r.rid in self.backups]
+        req = pick_from(ready, pick)
+        if req is None or not self.free_rows:
+            return None
+        key, written, resident = self.backups[req.rid]
+        pages = self._alloc_pages(-(-written // self.config.page_size))
+        if pages is None:
+            return None
+        del self.backups[req.rid]
+        self.waiting.remove(req)
+        req.row, req.pages, req.written = self.free_rows.pop(0), pages, written
+        full = [self.full_slot(req, p) for p in range(written)]
+        self.req_to_token[req.row, :written] = full
+        self.running[req.rid] = req
+        load = self._load("restore", key, full, resident, np.arange(written, dtype=np.int64))
+        self.steps += 1
+        self.events["a retracted request restored from its backup"] += 1
+        self.log.append(f"restore: request {req.rid}, row {req.row}, {written} positions")
+        return load
+
+    def receive(
+        self, new_tokens: int, *, left_out: int | None = None, swapped: int | None = None
+    ) -> list:
+        """PD disaggregation: the prefill engine (:attr:`peer`, made on first use: this
+        engine's sizes, buffers and tokens of its own) admits a request of ``new_tokens`` and
+        prefills it; its pages are sent to this engine page by page with their records
+        (SGLang splices the canary buffers into the pool's transfer buffers,
+        ``pool_patcher/buf_info_splice.py``, one item a page), into pages this engine
+        allocates; the request decodes here, the prefill engine frees it. A fault leaves page
+        ``left_out`` out of the transfer, or lands page ``swapped`` and the next one in each
+        other's place. Returns the prefill engine's forward, the send and the receive (none: no
+        room)."""
+        c = self.config
+        written = new_tokens - c.offset
+        n_pages = -(-written // c.page_size)
+        if written < 1 or new_tokens + c.offset > c.context_len or not self.free_rows:
+            return []
+        pages = self._alloc_pages(n_pages)
+        if pages is None:
+            return []
+        if self.peer is None:
+            self.peer = Engine(dataclasses.replace(c, seed=c.seed + 7919))
+            self.peer.next_token = self.next_token + 2**28  # tokens of its own
+        peer = self.peer
+        rid = peer.admit(new_tokens)
+        forward = peer.prefill(c.context_len) if rid is not None else None
+        sent = peer.running.get(rid) if rid is not None else None
+        if forward is None or sent is None or sent.written != written:
+            for page in pages:
+                self._release(page, cache=False)
+            if sent is not None:
+                peer.drop(sent.rid)
+            return []
+        forward = dataclasses.replace(forward, engine=PREFILL)
+        key = self._key()
+        span = n_pages * c.page_size  # whole pages, as a transfer moves them
+        src = [peer.full_slot(sent, p) for p in range(span)]
+        window = range(peer.window_start(written), written)
+        resident = peer._resident(src, window)
+        send = dataclasses.replace(peer._save("send", key, src, resident), engine=PREFILL)
+        req = _Request(self.next_rid, self.free_rows.pop(0), list(sent.tokens), list(sent.truth))
+        self.next_rid += 1
+        req.written, req.pages, req.decoding = written, pages, sent.decoding
+        dst = [self.full_slot(req, p) for p in range(span)]
+        self.req_to_token[req.row, :written] = dst[:written]
+        self.running[req.rid] = req
+        taken = np.arange(span, dtype=np.int64)
+        p = c.page_size
+        if left_out is not None:
+            j = left_out % n_pages
+            taken[j * p : (j + 1) * p] = -1
+        if swapped is not None and n_pages >= 2:
+            j = swapped % (n_pages - 1)
+            taken[j * p : (j + 2) * p] = np.roll(taken[j * p : (j + 2) * p], p)
+        receive = self._load("receive", key, dst, resident, taken, written=written)
+        peer.drop(sent.rid)
+        self.last_move = (src, dst)
+        self.steps += 1
+        self.events["a request received from a prefill engine, page by page"] += 1
+        self.log.append(
+            f"receive: request {req.rid} (row {req.row}, {written} positions) from the prefill "
+            f"engine" + (f", page {left_out % n_pages} left out" if left_out is not None else "")
+            + (", two pages swapped" if swapped is not None and n_pages >= 2 else "")
+        )  # fmt: skip
+        return [forward, send, receive]
+
+    def drop(self, rid: int) -> None:
+        """A request leaves without caching anything (a prefill engine's, once sent)."""
+        req = self.running.pop(rid)
+        for page in req.pages:
+            self._release(page, cache=False)
+        self.free_rows.append(req.row)
+        self._row_last_len[req.row] = (req.rid, len(req.tokens))
 
     # -- what the suite asks ------------------------------------------------------------------
 

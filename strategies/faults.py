@@ -29,13 +29,14 @@ import numpy as np
 
 import reference
 from reference import CanaryField, FailReason, RealKvHashMode
-from strategies.engine import FULL, KV_BYTES, SWA, Engine, pick_from
+from strategies.engine import FULL, KV_BYTES, PREFILL, SWA, Engine, pick_from
 
 __all__ = [
     "FAULTS",
     "FAULT_KINDS",
     "KV_BYTE_FAULTS",
     "KV_FAULTS",
+    "MOVE_FAULTS",
     "READ_BYTES",
     "REQ_TO_TOKEN",
     "UNSEEABLE",
@@ -80,6 +81,11 @@ class Fault:
     what: str
     group: str = FULL
     made_at: int = 0  # the engine's step count when it was made
+    #: the steps the fault itself makes, run right after it and before its predictions are
+    #: judged (a move of KV without a forward, and the prefill engine's forward before it)
+    steps: tuple = ()
+    #: a move's ``(source slot, destination slot)`` of each position, in order
+    moved: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -107,6 +113,9 @@ class FaultClass:
     name: str
     description: str
     changes_kv = False  # whether it changes KV bytes and nothing else
+    #: whether it moves KV without a forward, leaving records and KV bytes that may disagree
+    #: (``REAL_KV`` is then a reason it may be reported with)
+    moves_kv = False
     flips_byte = False  # whether it flips the drawn KV byte of one slot (``Fault.flip``)
     #: why no hash mode can see the class, for a class the canary cannot see at all ("": it
     #: is seen in some mode)
@@ -633,6 +642,203 @@ class AcceptOffByOne(FaultClass):
         return [Due(slot, TOKEN, tags=tags(FULL, stage)) for stage in ("HEAD", "TAIL")]
 
 
+# ---------------------------------------------------------------------------------------------
+# KV that moves without a forward
+
+
+def first_report(
+    dst: list[int], bad: list, good: list, *, tag: int, tokens: bool
+) -> tuple[str, Due | None]:
+    """What the first verify of a moved run of positions reports, in position order: ``dst``
+    the slot of each position (the verify reads them as one chain), ``bad[i]`` the record of
+    ``dst[i]`` after the move and the fingerprint of its KV then, ``good[i]`` what a correct
+    move leaves there (a source's records, whose chain and fingerprints agree). Up to the first
+    position where they differ the verify reads a correct chain, so at that position it expects
+    the good record: it reports ``TOKEN`` (when ``tokens`` are checked), ``POSITION`` and
+    ``CHAIN`` for each field that differs, and ``REAL_KV`` where the record's fingerprint is
+    not that of the KV. ``("report", due)``; ``("silent", None)`` where nothing differs;
+    ``("unsure", None)`` where the first difference is one the verify does not read (a token
+    under a sweep), after which the chain says little."""
+    for slot, (rec, fp), (want, want_fp) in zip(dst, bad, good, strict=True):
+        if tuple(rec) == tuple(want) and fp == want_fp:
+            continue
+        bits = 0
+        if tokens and rec[CanaryField.TOKEN] != want[CanaryField.TOKEN]:
+            bits |= TOKEN
+        if rec[CanaryField.POSITION] != want[CanaryField.POSITION]:
+            bits |= POSITION
+        if rec[CanaryField.PREV_HASH] != want[CanaryField.PREV_HASH]:
+            bits |= CHAIN
+        if rec[CanaryField.REAL_KV_HASH] != fp:
+            bits |= REAL_KV
+        if not bits:
+            return "unsure", None
+        return "report", Due(slot, bits, exact=True, tags=frozenset({tag}))
+    return "silent", None
+
+
+def _fingerprints(kv: np.ndarray, slots: list[int], mode: int) -> list[int]:
+    """The real-KV hash of each slot of a group's pool in ``mode``."""
+    source = (reference.Source(kv, 1, KV_BYTES, KV_BYTES),)
+    return [int(h) for h in reference.fingerprint(source, np.asarray(slots, np.int64), mode=mode)]
+
+
+def _seen(engine: Engine, buf: np.ndarray, kv: np.ndarray | None, slots: list[int]) -> list:
+    """``(record, fingerprint of the KV)`` of each slot (a head buffer: no KV source, 0)."""
+    fps = [0] * len(slots) if kv is None else _fingerprints(kv, slots, engine.config.mode)
+    return [(tuple(_record(buf, s).tolist()), fp) for s, fp in zip(slots, fps, strict=True)]
+
+
+class _MoveFault(FaultClass):
+    """KV that moves without a forward (:class:`strategies.engine.Move`) goes wrong in the
+    ``FULL`` pool; the move is the fault's own step, and its prediction is judged once the move
+    ran: :func:`first_report` of the destination's records and KV against the source's, for
+    each launch that verifies the moved positions next (:attr:`stages`)."""
+
+    moves_kv = True
+    #: the launches that verify the moved positions next, with whether they check tokens
+    stages: tuple[str, ...] = ()
+
+    def moves(self, engine: Engine, pick: int) -> list:
+        """The steps of the faulty move (none: no place)."""
+        raise NotImplementedError
+
+    def make(self, engine, pick, byte):
+        steps = self.moves(engine, pick)
+        if not steps:
+            return None
+        assert engine.last_move is not None
+        src, dst = engine.last_move
+        what = f"{self.name}: {engine.log[-1]}"
+        return Fault(
+            self.name, None, frozenset(dst), (), what, steps=tuple(steps),
+            moved=tuple(zip(src, dst, strict=True)),
+        )  # fmt: skip
+
+    def source(self, buffers: dict) -> dict:
+        """The buffers the moved records and KV came from."""
+        return buffers
+
+    def due(self, engine, fault, buffers):
+        moved = self.positions(engine, fault)
+        src, dst = [s for s, _ in moved], [d for _, d in moved]
+        origin = self.source(buffers)
+        dues = []
+        for stage in self.stages:
+            (tag,) = tags(FULL, stage)
+            tail = stage != "HEAD"
+            bad = _seen(engine, buffers[tag], buffers["KV", FULL] if tail else None, dst)
+            good = _seen(engine, origin[tag], origin["KV", FULL] if tail else None, src)
+            verdict, report = first_report(dst, bad, good, tag=tag, tokens=stage != "SWEEP")
+            if verdict == "unsure":
+                return None
+            if report is not None:
+                dues.append(report)
+        return dues, not dues
+
+    def positions(self, engine: Engine, fault: Fault) -> tuple:
+        """The moved positions the next verify reads, as ``(source, destination)``."""
+        return fault.moved
+
+
+class _Reload(_MoveFault):
+    """A cached prefix no request uses is offloaded to the host and reloaded into other pages
+    (HiCache, :meth:`strategies.engine.Engine.relocate`), but one half of what a slot holds
+    stays behind: reported by the ``FULL`` group's cache sweep (the settle's last step) at the
+    first moved position whose record or KV differs from the source's, with the reasons
+    :func:`first_report` gives; nothing where they agree."""
+
+    stages = ("SWEEP",)
+    kv, records = True, True
+
+    def moves(self, engine, pick):
+        return engine.relocate(pick, kv=self.kv, records=self.records)
+
+
+class KvMovedWithoutRecords(_Reload):
+    """HiCache reloads a cached prefix's KV into other slots without its records: the new
+    slots keep the records of whatever they held before, so the sweep reports them, in every
+    hash mode (their positions and chain are another's; their fingerprints another KV's)."""
+
+    name = "kv_moved_without_records"
+    description = "a cached prefix's KV is reloaded into other slots without its records"
+    records = False
+
+
+class RecordsMovedWithoutKv(_Reload):
+    """HiCache moves a cached prefix's records into other slots but not its KV: the records
+    agree with one another, the new slots' KV bytes are stale, so the sweep reports
+    ``REAL_KV`` where the mode reads the bytes; never in ``NONE``."""
+
+    name = "records_moved_without_kv"
+    description = "a cached prefix's records are reloaded into other slots without its KV"
+    kv = False
+
+    def why_never(self, hash_mode, forward_mode="DECODE"):
+        if hash_mode == RealKvHashMode.NONE:
+            return "NONE reads no KV byte, and the records moved intact"
+        return super().why_never(hash_mode, forward_mode)
+
+
+class _Transfer(_MoveFault):
+    """A PD transfer (:meth:`strategies.engine.Engine.receive`: the prefill engine's forward,
+    its pages sent page by page with the records spliced in, received into this engine's
+    pages) goes wrong for whole pages: reported by the ``FULL`` group's next ``HEAD`` and
+    ``TAIL`` verifies of the received request (the first in the settle where it decodes), at
+    the first received position whose record or KV differs from the prefill engine's, with the
+    reasons :func:`first_report` gives; nothing is promised when the request never ran again."""
+
+    stages = ("HEAD", "TAIL")
+
+    def source(self, buffers):
+        return buffers[PREFILL]
+
+    def make(self, engine, pick, byte):
+        fault = super().make(engine, pick, byte)
+        if fault is None:
+            return None
+        rid = max(engine.running)  # the received request is the newest
+        written = engine.running[rid].written
+        return dataclasses.replace(fault, entries=((rid, 0),), moved=fault.moved[:written])
+
+    def due_after_settle(self, engine, fault):
+        ((rid, _),) = fault.entries
+        if engine.last_run.get(rid, -1) <= fault.made_at:
+            return None  # the received request never ran again
+        return []
+
+    @staticmethod
+    def tokens(engine: Engine) -> int:
+        """A prompt of two pages and a bit (one page and a bit where the row is short)."""
+        c = engine.config
+        return min(2 * c.page_size + 1, c.context_len - 2 * c.offset) + c.offset
+
+
+class TransferPageLeftOut(_Transfer):
+    """A PD transfer leaves one page out: the received page keeps what this engine's slots
+    held before (another request's records and KV, or the buffers' first bytes)."""
+
+    name = "transfer_page_left_out"
+    description = "a PD transfer leaves one page of a request out"
+
+    def moves(self, engine, pick):
+        return engine.receive(self.tokens(engine), left_out=pick)
+
+
+class TransferPagesSwapped(_Transfer):
+    """A PD transfer lands two neighbouring pages in each other's place, records and KV
+    together: the records agree with their KV, but sit at another position's slot."""
+
+    name = "transfer_pages_swapped"
+    description = "a PD transfer lands two pages of a request in each other's place"
+
+    def moves(self, engine, pick):
+        written = self.tokens(engine) - engine.config.offset
+        if written <= engine.config.page_size:
+            return []  # one page: nothing to swap
+        return engine.receive(self.tokens(engine), swapped=pick)
+
+
 def verified_next(engine: Engine, group: str = FULL) -> list:
     """``(request, position)`` of every written position the next forward of its request
     verifies in ``group`` (the whole prefix in ``FULL``, the window it will have then in
@@ -661,7 +867,8 @@ def page_heads(engine: Engine) -> list:
 REQ_TO_TOKEN = ReqToToken()
 #: Every fault class by name, in the order of the suite's parameters and the detection table:
 #: SGLang's five self-test perturbations, two allocator bugs, two bugs of the forward's KV
-#: store, a forward that moves positions and an off-by-one accept of speculative decoding.
+#: store, a forward that moves positions, an off-by-one accept of speculative decoding, and four
+#: of KV that moves without a forward (HiCache's reload, a PD transfer).
 FAULTS: dict[str, FaultClass] = {
     c.name: c
     for c in (
@@ -676,6 +883,10 @@ FAULTS: dict[str, FaultClass] = {
         DroppedStore(),
         PositionsMoved(),
         AcceptOffByOne(),
+        KvMovedWithoutRecords(),
+        RecordsMovedWithoutKv(),
+        TransferPageLeftOut(),
+        TransferPagesSwapped(),
     )
 }
 #: The names of the fault classes.
@@ -684,6 +895,8 @@ FAULT_KINDS = tuple(FAULTS)
 KV_FAULTS = tuple(name for name, c in FAULTS.items() if c.changes_kv)
 #: The fault classes that flip the drawn byte of one slot's KV.
 KV_BYTE_FAULTS = tuple(name for name, c in FAULTS.items() if c.flips_byte)
+#: The fault classes that move KV without a forward.
+MOVE_FAULTS = tuple(name for name, c in FAULTS.items() if c.moves_kv)
 #: The fault classes no hash mode can see (each says why: ``FaultClass.unseeable``).
 UNSEEABLE = tuple(name for name, c in FAULTS.items() if c.unseeable)
 

@@ -110,6 +110,8 @@ def serving(kind: str, mode: int, index: int) -> int | None | bool:
     fault = faults.make(engine, kind, int(rng.integers(0, 2**10)), int(rng.integers(0, KV_BYTES)))
     if fault is None:
         return False
+    for step in fault.steps:  # the fault's own steps (a faulty move of KV)
+        oracle.forward_or_sweep(step)
     if fault.flip is not None:
         oracle.flip(*fault.flip)
     steps = 0
