@@ -15,6 +15,7 @@ trials the fault was reported, after how many steps, and with which reasons::
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections import Counter
 from pathlib import Path
@@ -64,7 +65,15 @@ def trial(
     ``byte``: the KV byte a fault changes (None: drawn from 0 to 31); ``settle_mode``: the
     forward mode of the settle's decodes (``conformance.engine_support.SETTLE_MODES``; None: the
     class's own, ``FaultClass.settle_mode``)."""
-    settle_mode = settle_mode or FAULTS[kind].settle_mode
+    return _trial(kind, int(mode), index, byte, settle_mode or FAULTS[kind].settle_mode)
+
+
+@functools.cache
+def _trial(
+    kind: str, mode: int, index: int, byte: int | None, settle_mode: str
+) -> tuple[int | None, int, list[str], str] | None:
+    """:func:`trial`, run once per question in a process (the tables and their self-tests ask
+    some twice)."""
     engine = Engine(trial_config(kind, mode, index))
     if settle_mode == "TARGET_VERIFY" and engine.config.offset:
         return None  # the draft model's canary runs no target verify
