@@ -168,6 +168,7 @@ def engine_configs(
     max_rows: int = 6,
     min_slots: int = 12,
     min_rows: int = 3,
+    small_swa: bool = True,
     modes=tuple(int(m) for m in RealKvHashMode),
 ) -> EngineConfig:
     """Engines of up to ``max_pages`` pages of 1, 2 or 4 slots and ``max_rows`` pool rows of up
@@ -201,8 +202,9 @@ def engine_configs(
     # windows evict under pressure without starving the engine
     num_slots = num_pages * page_size
     least = min(num_slots, max(num_slots // 3, context_len + 2 * page_size))
-    # the smallest pool as often as any other, so that pressure comes about
-    swa_slots = draw(st.one_of(st.just(least), st.integers(least, num_slots)), label="swa_slots")
+    # with ``small_swa`` the smallest pool as often as any other, so that pressure comes about
+    sizes = st.integers(least, num_slots)
+    swa_slots = draw(st.one_of(st.just(least), sizes) if small_swa else sizes, label="swa_slots")
     return dataclasses.replace(config, swa_slots=swa_slots)
 
 
