@@ -481,12 +481,17 @@ class Engine:
         }
         return len(self.free_swa) + len(cached)
 
-    def _alloc_pages(self, n: int) -> list[int] | None:
+    def _alloc_pages(self, n: int, exclude=()) -> list[int] | None:
         """``n`` pages, each with its SWA slots, or None (nothing taken) when the pools lack
-        them."""
-        if n > len(self.free_pages) or not self._swa_room(self.free_pages[:n]):
+        them; never one of ``exclude`` (the pages a request names already: a page freed while
+        its request names it goes to another, as a launch in which one request writes a slot
+        twice has no defined result)."""
+        free = [page for page in self.free_pages if page not in exclude]
+        if n > len(free) or not self._swa_room(free[:n]):
             return None
-        pages = [self.free_pages.pop(0) for _ in range(n)]
+        pages = free[:n]
+        for page in pages:
+            self.free_pages.remove(page)
         for page in pages:
             self.req_refs[page] += 1
             if self.lut is not None:
@@ -779,7 +784,7 @@ class Engine:
             need = (req.written + e + c.page_size - 1) // c.page_size - len(req.pages)
             if e <= 0:
                 continue
-            pages = self._alloc_pages(max(0, need))
+            pages = self._alloc_pages(max(0, need), exclude=set(req.pages))
             if pages is None:
                 continue
             req.pages += pages
