@@ -197,8 +197,7 @@ class EngineMachine(stateful.RuleBasedStateMachine):
             problem = self.oracle.peer.silence_problem()
         if problem:
             fail(
-                f"{problem} on a correct history (the implementation agreed with the "
-                "reference)",
+                f"{problem} on a correct history (the implementation agreed with the reference)",
                 config=self.engine.describe(),
             )
 

@@ -191,7 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("expectations", help="print the installed release's expectations file")
     install = commands.add_parser("install", help="pip install --no-deps sglang==RELEASE")
     install.add_argument("release", help="0.5.NN, or a tox env name sglang-0.5.NN")
-    commands.add_parser("run", help="the suite on the installed release, with its file")
+    commands.add_parser(
+        "run",
+        help="the suite on the installed release, with its file, then the runtime leg "
+        "(conformance/sglang_runtime.py)",
+    )
     table = commands.add_parser("table", help="write docs/UPSTREAM.md")
     table.add_argument("--check", action="store_true", help="fail if it is out of date")
     options, extra = parser.parse_known_args(argv)
@@ -232,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
         if status == 5:
             print("error: pytest collected no tests", file=sys.stderr)
             return 1
-        return status
+        # the runtime leg: SGLang's PlanInput over the engine model's histories
+        runtime = subprocess.call([sys.executable, "-m", "conformance.sglang_runtime"])
+        return status or runtime
     elif options.command == "table":
         return write_table(check=options.check)
     return 0

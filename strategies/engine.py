@@ -282,6 +282,8 @@ class Forward:
     #: whose buffers the step runs on: ``""`` the engine's own, :data:`PREFILL` its prefill
     #: engine's (a PD transfer's prefill)
     engine: str = ""
+    #: the batch row (in the plan's row order) of each token the write writes
+    token_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def write_for(self, stage: str) -> dict:
         """The write's keywords at ``stage`` (``HEAD`` or ``TAIL``), but ``out_cache_loc``."""
@@ -651,7 +653,7 @@ class Engine:
         return self._forward("idle", [], pad=pad, mode="IDLE", graph=True)
 
     def target_verify(self, drafts: int, accept: int) -> Forward | None:
-        """EAGLE's target verify (``TARGET_VERIFY``): every decoding request writes its
+        """EAGLE's target verify (``TARGET_VERIFY``): every decoding request with room writes its
         sampled token and ``drafts - 1`` draft tokens at the positions past what it wrote
         (``prefix`` = ``seq_lens``, ``extend`` = ``draft_token_num``, the drafts past the
         snapshot's valid length); then each accepts the drafts that match the target's tokens,
@@ -660,8 +662,9 @@ class Engine:
         c = self.config
         if drafts < 2 or c.offset:  # the draft model's canary (offset 1) runs other modes
             return None
-        rows = [(r, min(drafts, c.context_len - r.written)) for r, _ in self._decode_rows()]
-        rows = [(r, e) for r, e in rows if e >= 2]
+        # every row writes ``draft_token_num`` tokens (SGLang's plan input takes one count for
+        # the batch): a row without room for them waits for a plain decode
+        rows = [(r, drafts) for r, _ in self._decode_rows() if r.written + drafts <= c.context_len]
         if not rows:
             return None
         self._drafting = {}
@@ -694,7 +697,10 @@ class Engine:
         order = np.arange(bs) if graph else self.rng.permutation(bs)
         lens = {name: value[order] for name, value in lens.items()}
         ids, positions, full_slots, expected = self._in_plan_order(batch, order, written)
+        sizes = {i: e for i, (_, e) in enumerate(batch)}
+        token_rows = np.repeat(np.arange(bs), [sizes.get(int(i), 0) for i in order])
         if graph and pad:  # a padding row's token: position 0, slot 0, a stale input id
+            token_rows = np.concatenate([token_rows, np.arange(bs - pad, bs)])
             stale = self.rng.integers(1, 2**20, pad).astype(np.int64)
             zero = np.zeros(pad, dtype=np.int64)
             ids, expected = np.concatenate([ids, stale]), np.concatenate([expected, stale])
@@ -738,6 +744,7 @@ class Engine:
             mode=mode,
             graph=graph,
             tail_write=self._tail_write(positions),
+            token_rows=token_rows.astype(np.int64),
         )
         if forward.tail_write:
             self.positions_fault_made = {g.group: int(g.out_cache_loc[0]) for g in groups}
@@ -1131,7 +1138,9 @@ class Engine:
         ]  # fmt: skip
         if self.lut is not None:
             end = len(full) if written is None else written
-            self._evict_slots(s for s, keep in zip(full[:end], resident[:end], strict=True) if not keep)
+            self._evict_slots(
+                s for s, keep in zip(full[:end], resident[:end], strict=True) if not keep
+            )
             swa = [int(self.lut[s]) for s, keep in zip(full, resident, strict=True) if keep]
             order = np.arange(len(swa), dtype=np.int64)
             groups.append(MoveGroup(SWA, np.asarray(swa, dtype=np.int64), order, order))

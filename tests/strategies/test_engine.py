@@ -91,6 +91,11 @@ def check_forward(engine: Engine, forward: Forward) -> None:
         full, swa = forward.group(FULL).out_cache_loc, forward.group(SWA).out_cache_loc
         assert np.array_equal(forward.group(SWA).full_to_swa_index_mapping[full], swa)
     assert (forward.write["input_ids"] != 0).all()
+    rows = forward.plan["req_pool_indices"]  # each token's row: a live row's extend tokens
+    counts = np.bincount(forward.token_rows, minlength=rows.shape[0])
+    live = rows != 0
+    assert np.array_equal(counts[live], forward.plan["extend_seq_lens"][live])
+    assert forward.token_rows.shape == forward.write["positions"].shape
     offsets = forward.scatter["offsets"]
     assert offsets[-1] == forward.scatter["flat_in"].shape[0]
 

@@ -1,0 +1,310 @@
+"""SGLang's canary runtime over the engine model's histories: its plan inputs, per forward mode.
+
+    python -m conformance.sglang_runtime [--histories N]
+
+SGLang builds the plan kernel's per-row inputs, on every forward, in its runtime
+(``sglang/srt/kv_canary/plan_input.py``: ``PlanInput.fill_from_forward_batch``, one branch per
+``ForwardMode``), from the fields of SGLang's ``ForwardBatch``. The engine model
+(``strategies/engine.py``) builds the same inputs from its own state. This leg runs SGLang's
+code, unmodified and on the CPU, on a stand-in ``ForwardBatch`` made of each forward of
+:data:`HISTORIES` engine histories, and requires SGLang's ``PlanInput`` to equal the engine
+model's plan inputs, row by row: in every mode the model has (``EXTEND``, ``DECODE``, a decode
+replaying a CUDA graph with its padding rows, ``MIXED``, ``IDLE``, ``TARGET_VERIFY``, the draft
+model's multi-step draft decode, a PD transfer's prefill on the prefill engine). It prints how
+many forwards of each mode it compared, and fails when a mode was never reached.
+
+What runs of SGLang: ``plan_input.PlanInput`` (it imports torch alone), and ``ForwardMode``,
+executed from its own source in ``model_executor/forward_batch_info.py`` (whose module needs
+SGLang's serving stack), both from the installed ``sglang`` wheel (``pip install --no-deps
+sglang==X``; every release from 0.5.13 has them). What stands in for the rest of SGLang:
+
+- :class:`ForwardBatchStandIn` for ``model_executor.forward_batch_info.ForwardBatch``: the
+  fields ``fill_from_forward_batch`` reads (:data:`FORWARD_BATCH_FIELDS`), filled as SGLang's
+  scheduler fills them in each mode: ``positions`` (each token's position, a graph's padding
+  rows 0), ``seq_lens`` (a decode row's length with its new token; a target verify's written
+  length, before its drafts), ``extend_prefix_lens`` (the first position each row writes) and
+  ``extend_seq_lens`` (the tokens each row writes) in the extend modes, ``req_pool_indices``,
+  ``req_all_ids_lens`` (each row's known tokens) and ``spec_info``;
+- :class:`SpecInfoStandIn` for EAGLE's verify input (``draft_token_num``, the tokens each row of
+  a target verify writes).
+
+A forward the model makes that SGLang never makes is not compared: a decode batch with padding
+rows outside a graph (the contract's plan takes padding rows anywhere; SGLang's decode batch
+has them only at a replayed graph's tail).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import enum
+import functools
+import importlib
+import importlib.machinery
+import importlib.util
+import sys
+import types
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from conformance import upstream
+from strategies.engine import Engine, EngineConfig, Forward
+
+__all__ = [
+    "FORWARD_BATCH_FIELDS",
+    "HISTORIES",
+    "ForwardBatchStandIn",
+    "SpecInfoStandIn",
+    "compare",
+    "forward_batch",
+    "main",
+    "runtime",
+]
+
+#: Engine histories the leg runs.
+HISTORIES = 24
+#: The fields of SGLang's ``ForwardBatch`` that ``PlanInput.fill_from_forward_batch`` reads.
+FORWARD_BATCH_FIELDS = (
+    "forward_mode",
+    "req_pool_indices",
+    "positions",
+    "seq_lens",
+    "extend_prefix_lens",
+    "extend_seq_lens",
+    "req_all_ids_lens",
+    "spec_info",
+)
+#: The plan inputs compared: SGLang's ``PlanInput`` field, the engine model's plan keyword.
+PLAN_INPUT_FIELDS = (
+    ("req_pool_indices", "req_pool_indices"),
+    ("prefix_lens", "prefix_lens"),
+    ("extend_seq_lens", "extend_seq_lens"),
+    ("req_to_verify_expected_tokens_valid_lens", "req_to_verify_expected_tokens_valid_lens"),
+)
+
+
+@dataclass(frozen=True)
+class SpecInfoStandIn:
+    """Stands for EAGLE's verify input (``speculative/eagle_info.py``): ``draft_token_num``."""
+
+    draft_token_num: int
+
+
+@dataclass(frozen=True)
+class ForwardBatchStandIn:
+    """Stands for SGLang's ``ForwardBatch``: the fields of :data:`FORWARD_BATCH_FIELDS`, as
+    tensors (None where SGLang's scheduler leaves them unset in the mode)."""
+
+    forward_mode: enum.IntEnum
+    req_pool_indices: torch.Tensor
+    positions: torch.Tensor
+    seq_lens: torch.Tensor
+    extend_prefix_lens: torch.Tensor | None
+    extend_seq_lens: torch.Tensor | None
+    req_all_ids_lens: torch.Tensor
+    spec_info: SpecInfoStandIn | None
+
+
+def sglang_root() -> Path:
+    """The installed ``sglang`` folder (that of a bare package already registered, if any)."""
+    module = sys.modules.get("sglang")
+    if module is not None and getattr(module, "__path__", None):
+        return Path(list(module.__path__)[0])
+    return upstream.sglang_root()
+
+
+@functools.cache
+def runtime() -> types.SimpleNamespace:
+    """SGLang's ``plan_input`` module and ``ForwardMode``, from the installed wheel, without
+    its serving stack (bare parent packages point at the installed folders)."""
+    root = sglang_root()
+    for name in ("sglang", "sglang.srt", "sglang.srt.kv_canary"):
+        if name not in sys.modules:
+            spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+            spec.submodule_search_locations = [str(root.joinpath(*name.split(".")[1:]))]
+            sys.modules[name] = importlib.util.module_from_spec(spec)
+    source = (root / "srt" / "model_executor" / "forward_batch_info.py").read_text()
+    tree = ast.parse(source)
+    node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ForwardMode")
+    scope = {"IntEnum": enum.IntEnum, "auto": enum.auto, "total_ordering": functools.total_ordering}
+    exec(compile(ast.Module(body=[node], type_ignores=[]), "forward_batch_info.py", "exec"), scope)
+    plan_input = importlib.import_module("sglang.srt.kv_canary.plan_input")
+    return types.SimpleNamespace(ForwardMode=scope["ForwardMode"], plan_input=plan_input)
+
+
+def _tensor(values) -> torch.Tensor:
+    return torch.from_numpy(np.asarray(values, dtype=np.int64).copy())
+
+
+def forward_batch(forward: Forward) -> ForwardBatchStandIn | None:
+    """The ``ForwardBatch`` SGLang's scheduler makes for ``forward`` (None: a forward SGLang
+    never makes). Its tokens stand row by row in the plan's row order (the forward's
+    ``token_rows``), a graph's padding rows last, one token each."""
+    mode = runtime().ForwardMode[forward.mode]
+    plan, write = forward.plan, forward.write_for("HEAD")
+    rows = np.asarray(plan["req_pool_indices"])
+    live = rows != 0
+    if live.any() and not forward.graph and not live.all():
+        return None  # padding rows outside a replayed graph: SGLang's batches have none
+    if forward.graph and live.any() and live.argmin() < live.sum():
+        return None  # a graph pads at the tail
+    positions = np.asarray(write["positions"])
+    counts = np.bincount(forward.token_rows, minlength=rows.shape[0])
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    starts = positions[first] if positions.size else np.zeros(0, np.int64)
+    decoding = forward.mode in ("DECODE", "IDLE")
+    extend = not decoding
+    spec = None
+    seq_lens = starts + 1 if decoding else starts + counts
+    if forward.mode == "TARGET_VERIFY":
+        spec = SpecInfoStandIn(draft_token_num=int(counts[0]))
+        seq_lens = starts  # before the drafts: SGLang bumps seq_lens after the verify
+    return ForwardBatchStandIn(
+        forward_mode=mode,
+        req_pool_indices=_tensor(rows),
+        positions=_tensor(positions),
+        seq_lens=_tensor(seq_lens),
+        extend_prefix_lens=_tensor(starts) if extend else None,
+        extend_seq_lens=_tensor(counts) if extend else None,
+        req_all_ids_lens=_tensor(plan["req_to_verify_expected_tokens_valid_lens"]),
+        spec_info=spec,
+    )
+
+
+def compare(forward: Forward) -> list[str] | None:
+    """SGLang's ``PlanInput`` for ``forward`` against the engine model's plan inputs: the
+    differing entries as lines (none: equal), or None for a forward SGLang never makes."""
+    batch = forward_batch(forward)
+    if batch is None:
+        return None
+    bs = int(batch.req_pool_indices.shape[0])
+    sglang = runtime().plan_input.PlanInput.allocate(bs_capacity=bs, device=torch.device("cpu"))
+    sglang.fill_from_forward_batch(forward_batch=batch)
+    lines = []
+    for theirs, ours in PLAN_INPUT_FIELDS:
+        got = getattr(sglang, theirs).numpy()
+        want = np.asarray(forward.plan[ours], dtype=np.int64)
+        for i in np.flatnonzero(got != want)[:4]:
+            lines.append(f"{theirs}[{i}]: SGLang {int(got[i])}, the engine model {int(want[i])}")
+    return lines
+
+
+def config(index: int) -> EngineConfig:
+    """The engine of history ``index``: pages of 1, 2 and 4 slots, with and without a window
+    and the EAGLE offset."""
+    page = (1, 2, 4)[index % 3]
+    window = (0, 5)[index // 3 % 2]
+    return EngineConfig(
+        page_size=page, num_pages=96 // page, pool_rows=6, context_len=16, swa_window=window,
+        offset=(0, 1)[index // 6 % 2], seed=7000 + index, swa_slots=60 if window else 0,
+    )  # fmt: skip
+
+
+def history(index: int, steps: int = 40) -> list[Forward]:
+    """The forwards of one engine history: random scheduler events and every forward mode."""
+    engine = Engine(config(index))
+    rng = np.random.default_rng(index)
+    out: list[Forward] = []
+
+    def keep(*made) -> None:
+        for one in made:
+            items = one if isinstance(one, list) else [one]
+            out.extend(f for f in items if isinstance(f, Forward))
+
+    for _ in range(3):
+        engine.admit(int(rng.integers(2, 7)), 0)
+    for _ in range(steps):
+        op = rng.choice(
+            ("admit", "prefill", "decode", "graph", "mixed", "idle", "verify", "draft")
+            + ("finish", "retract", "readmit", "receive", "relocate")
+        )
+        pick = int(rng.integers(0, 8))
+        if op == "admit":
+            engine.admit(int(rng.integers(1, 8)), pick % 3)
+        elif op in ("finish", "retract", "readmit", "relocate"):
+            getattr(engine, op)(pick)
+        elif op == "receive":
+            keep(engine.receive(int(rng.integers(2, 8))))
+        chunk = int(rng.integers(1, 7))
+        if op == "prefill":
+            keep(engine.prefill(chunk))
+        elif op == "graph":
+            keep(engine.decode(pick % 3, graph=True))
+        elif op == "mixed":
+            keep(engine.mixed(chunk))
+        elif op == "idle":
+            keep(engine.idle(1 + pick % 2))
+        elif op == "verify":
+            keep(engine.target_verify(2 + pick % 3, pick))
+        elif op == "draft":
+            keep(engine.draft_decode(3))
+        else:
+            keep(engine.prefill(6) or engine.decode(0))
+    return out
+
+
+def label(forward: Forward) -> str:
+    """The forward's mode as the leg counts it."""
+    if forward.engine:
+        return f"{forward.mode} on the prefill engine"
+    if forward.kind == "draft_decode":
+        return "DECODE of the draft model"
+    return forward.mode + (" replaying a graph" if forward.graph and forward.mode != "IDLE" else "")
+
+
+#: The modes every run must compare at least once.
+REQUIRED = (
+    "EXTEND",
+    "DECODE",
+    "DECODE replaying a graph",
+    "MIXED",
+    "IDLE",
+    "TARGET_VERIFY",
+    "DECODE of the draft model",
+    "EXTEND on the prefill engine",
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m conformance.sglang_runtime", description=__doc__
+    )
+    parser.add_argument("--histories", type=int, default=HISTORIES)
+    options = parser.parse_args(argv)
+    version = upstream.installed_version()
+    counts: Counter[str] = Counter()
+    skipped = 0
+    problems = []
+    for index in range(options.histories):
+        for step, forward in enumerate(history(index)):
+            lines = compare(forward)
+            if lines is None:
+                skipped += 1
+                continue
+            counts[label(forward)] += 1
+            if lines:
+                problems.append(
+                    f"history {index}, forward {step} ({label(forward)}): " + "; ".join(lines)
+                )
+    print(f"sglang {version}: PlanInput.fill_from_forward_batch against the engine model")
+    for name in REQUIRED:
+        print(
+            f"  {name}: {counts[name]} forwards equal"
+            if not problems
+            else f"  {name}: {counts[name]}"
+        )
+    print(f"  not compared (padding rows SGLang's batches never have): {skipped}")
+    missing = [name for name in REQUIRED if not counts[name]]
+    for line in problems[:20]:
+        print(f"DIFFERS: {line}")
+    if missing:
+        print(f"NEVER REACHED: {', '.join(missing)}")
+    return 1 if problems or missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
