@@ -127,12 +127,6 @@ class EngineMachine(stateful.RuleBasedStateMachine):
         self.engine.readmit(pick)
         self._tick()
 
-    @rule(pick=st.integers(0, 7))
-    def relocate(self, pick):
-        for step in self.engine.relocate(pick):
-            self._run(step)
-        self._tick()
-
     @rule(pick=st.integers(0, 7), restore=st.sampled_from((True, True, False)))
     def backup(self, pick, restore):
         """A request retracted with its KV backed up; restored after the next forward, or by a
@@ -161,6 +155,12 @@ class EngineMachine(stateful.RuleBasedStateMachine):
     @rule()
     def sweep(self):
         self._run(self.engine.sweep())
+
+    @rule(pick=st.integers(0, 7))
+    def relocate(self, pick):
+        for step in self.engine.relocate(pick):
+            self._run(step)
+        self._tick()
 
     @precondition(lambda self: self.fault is None)
     @rule(
