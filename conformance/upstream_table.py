@@ -200,11 +200,16 @@ DIVERGENCES: dict[int, Divergence] = {
         "its buffers",
         "full",
         "Offsets that do not start at 0, that decrease or that end short of `flat_in`, and a "
-        "request whose pool row is past the pool (or -1), are not refused: the Triton kernel "
-        "reads the word before `offsets`, writes the tokens past `offsets[bs]` into the last "
-        "request's row, and writes a row past the pool into whatever memory follows it (on a "
-        "GPU, another allocation). Under the suite's memory watch each such launch fails with "
-        "the accesses it made outside its buffers.",
+        "request whose pool row is past the pool or -1, are not refused. The Triton kernel "
+        "takes a token's request to be the number of offsets at or below its index, less one: "
+        "tokens past `offsets[bs]` are written to the row named by `req_pool_indices[bs]`, the "
+        "word after the indices; tokens before an `offsets[0] > 0` belong to request -1, whose "
+        "offset and row are the words before `offsets` and before `req_pool_indices`; a token "
+        "between decreasing offsets lands at a negative column, the previous pool row's last "
+        "columns (before the pool for row 0); a row past the pool is written into whatever "
+        "memory follows it, row -1 into what precedes it (on a GPU, other allocations). Under "
+        "the suite's memory watch each such launch fails with the accesses it made outside its "
+        "buffers.",
         "repro_16_scatter_out_of_bounds.py",
         ("0.5.13", "0.5.23"),
     ),

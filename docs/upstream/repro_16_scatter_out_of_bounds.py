@@ -1,18 +1,29 @@
-"""SGLang kv_canary: the expected-token scatter writes a pool row past the pool.
+"""SGLang kv_canary: the expected-token scatter reads and writes outside its buffers.
 
     pip install torch triton sglang==X --no-deps
     python repro_16_scatter_out_of_bounds.py
 
-A scatter whose request names pool row 4 of a 4-row pool is not refused: the Triton kernel
-writes the request's tokens where row 4 would be, past the pool, into whatever memory follows
-it (on a GPU, another allocation). Here the pool is the first 4 rows of a 5-row buffer, so the
-write lands, harmlessly, in the fifth. (Offsets that do not start at 0 or that decrease are not
-checked either: the kernel then reads the word before offsets.)
+SGLang's scatter checks neither its offsets nor its pool rows. Its Triton kernel finds a
+token's request as (the number of offsets <= the token's index) - 1, then reads that request's
+offset and pool row and writes pool[row, index - offset]. So:
 
-Prints SGLang's result beside the contract's (the KV-canary conformance suite's
-docs/CONTRACT.md §13 S10, S11) and exits 1 while the divergence is there, 0 once it is gone.
-SGLang's kv_canary is loaded from the installed wheel on its own, without its serving stack;
-its Triton kernels run in Triton's interpreter (TRITON_INTERPRET=1) on CPU tensors.
+1. a request whose pool row is past the pool (row 4 of a 4-row pool) is written past the pool,
+   and one whose row is -1 before it;
+2. tokens past offsets[bs] count bs + 1 offsets: they are written to the row named by
+   req_pool_indices[bs], the word after the indices (not the last request's row), at
+   index - offsets[bs];
+3. with offsets[0] > 0, tokens before offsets[0] count none: request -1, whose offset and row
+   are the words before offsets and before req_pool_indices;
+4. with decreasing offsets, a token between them belongs to the request whose offset is past
+   it: a negative column, which is the previous pool row's last column (before the pool for
+   row 0).
+
+Each buffer here is a slice of a larger tensor, so the accesses land, harmlessly, in its
+neighbours, where the script reads them. Prints SGLang's result beside the contract's (the
+KV-canary conformance suite's docs/CONTRACT.md §13 S10, S11: each is refused before any work)
+and exits 1 while the divergence is there, 0 once it is gone. SGLang's kv_canary is loaded from
+the installed wheel on its own, without its serving stack; its Triton kernels run in Triton's
+interpreter (TRITON_INTERPRET=1) on CPU tensors.
 """
 
 import importlib
@@ -120,21 +131,65 @@ def report(bug: bool, sglang: str, contract: str) -> None:
 
 def main():
     kv = load_kv_canary()
-    plan = plan_modules(kv)
+    scatter = plan_modules(kv).scatter.launch_scatter_req_token_ids_kernel
+    seen = []
+
+    def run(flat_in, offsets, rows, memory, pool):
+        """One scatter; an error ends the case (refused: the contract's behaviour)."""
+        try:
+            scatter(
+                flat_in=torch.tensor(flat_in, dtype=torch.int64), offsets=offsets,
+                req_pool_indices=rows, pool_out=pool,
+            )  # fmt: skip
+        except (IndexError, ValueError) as error:
+            seen.append(f"refused ({type(error).__name__}: {error})")
+            return None
+        return memory
+
+    def cells(memory, where):
+        return {f"[{r},{c}]": int(memory[r, c]) for r, c in where}
+
+    # 1. row 4 of a 4-row pool: written past the pool (memory row 4)
     memory = torch.zeros(5, 6, dtype=torch.int32)
-    pool = memory[:4]  # a 4-row pool; row 4 of memory lies just past it
-    want = "IndexError naming req_pool_indices[0] = 4 (the pool has 4 rows)"
-    try:
-        plan.scatter.launch_scatter_req_token_ids_kernel(
-            flat_in=torch.tensor([11, 12, 13], dtype=torch.int64),
-            offsets=torch.tensor([0, 3], dtype=torch.int64),
-            req_pool_indices=torch.tensor([4], dtype=torch.int64),
-            pool_out=pool,
+    if run([11, 12, 13], torch.tensor([0, 3]), torch.tensor([4]), memory, memory[:4]) is not None:
+        seen.append(f"1. row 4 of 4: memory past the pool {memory[4, :3].tolist()}")
+    # 1b. row -1: written before the pool (memory row 0)
+    memory = torch.zeros(5, 6, dtype=torch.int32)
+    if run([14, 15], torch.tensor([0, 2]), torch.tensor([-1]), memory, memory[1:]) is not None:
+        seen.append(f"1b. row -1: memory before the pool {memory[0, :2].tolist()}")
+    # 2. five tokens, offsets [0, 3]: tokens 3 and 4 go to req_pool_indices[1], the word after
+    # the indices (3 here), columns 0 and 1; request 0's row is 1
+    memory = torch.zeros(4, 6, dtype=torch.int32)
+    indices = torch.tensor([1, 3])[:1]
+    if run([21, 22, 23, 24, 25], torch.tensor([0, 3]), indices, memory, memory) is not None:
+        seen.append(f"2. past offsets[bs]: {cells(memory, [(3, 0), (3, 1), (1, 3), (1, 4)])}")
+    # 3. offsets [2, 4] (the word before them 0), rows [1] (the word before them 2): tokens 0
+    # and 1 go to row 2, columns 0 and 1
+    memory = torch.zeros(4, 6, dtype=torch.int32)
+    offsets = torch.tensor([0, 2, 4])[1:]
+    indices = torch.tensor([2, 1])[1:]
+    if run([31, 32, 33, 34], offsets, indices, memory, memory) is not None:
+        seen.append(f"3. before offsets[0]: {cells(memory, [(2, 0), (2, 1), (1, 0), (1, 1)])}")
+    # 4. offsets [0, 3, 2, 5], rows [1, 2, 3]: token 2 counts two offsets (0 and 2), so it is
+    # request 1's, at column 2 - 3 = -1: the last column of row 1
+    memory = torch.zeros(4, 6, dtype=torch.int32)
+    if (
+        run(
+            [41, 42, 43, 44, 45],
+            torch.tensor([0, 3, 2, 5]),
+            torch.tensor([1, 2, 3]),
+            memory,
+            memory,
         )
-    except (IndexError, ValueError) as error:
-        report(False, f"{type(error).__name__}: {error}", want)
-    past = memory[4].tolist()
-    report(past != [0] * 6, f"the scatter ran; the memory past the pool now holds {past}", want)
+        is not None
+    ):
+        seen.append(f"4. decreasing: {cells(memory, [(1, 5), (1, 2), (2, 0)])}")
+    written = [line for line in seen if not line.startswith("refused")]
+    report(
+        bool(written),
+        "; ".join(seen),
+        "each of the four scatters refused before any work (S10: offsets; S11: pool rows)",
+    )
 
 
 def plan_modules(kv):
