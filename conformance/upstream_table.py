@@ -131,14 +131,17 @@ DIVERGENCES: dict[int, Divergence] = {
     ),
     11: Divergence(
         "plan refusals name SGLang's internals: `launch_canary_plan_kernels_torch_reference`, "
-        "`launch_plan_entries_kernel`, `out_write_offsets`",
+        "`launch_plan_entries_kernel`, `out_write_offsets`, `lut_tensor`",
         "core",
         "A plan launch with the expected-token pool but no valid lengths (P3), or a "
         "`verify_capacity` that is not the verify plan's length (P5), is refused with a message "
         "that names `launch_canary_plan_kernels_torch_reference` on CPU and XPU (from 0.5.21) "
         "or, for P3 on the kernel path, `launch_plan_entries_kernel`, a function the engine never "
-        "called; before 0.5.21 a strided `write_offsets` is named `out_write_offsets`. Log "
-        "matching and alerting keyed on the public launcher's message miss them.",
+        "called. On the kernel path (CUDA on every release; every device before 0.5.21) a "
+        "strided `write_plan_out.write_offsets` is refused as `out_write_offsets` and a strided "
+        "`full_to_swa_index_mapping` as `lut_tensor` (P7): the offsets kernel's own parameter "
+        "names. Log matching and alerting keyed on the public launcher's message and argument "
+        "names miss them.",
         "repro_11_plan_messages.py",
         ("0.5.13", "0.5.23"),
     ),
@@ -214,9 +217,11 @@ DIVERGENCES: dict[int, Divergence] = {
         ("0.5.13", "0.5.23"),
     ),
     17: Divergence(
-        "before 0.5.21 the plan launcher checks only the offsets kernel's arguments: a strided "
-        "expected-token pool or verify entry tensor reaches the entries kernel (on CPU, the "
-        "torch reference in its place) unchecked",
+        "on the kernel path (CUDA on every release; every device before 0.5.21) the plan "
+        "launcher checks only the offsets kernel's arguments: a strided expected-token pool or "
+        "verify plan field reaches the CUDA entries kernel (on CPU before 0.5.21, the torch "
+        "reference in its place) with no `kv-canary:` check (`repro_11_plan_messages.py` shows "
+        "it on every release)",
         "core",
     ),
     18: Divergence(
@@ -229,6 +234,22 @@ DIVERGENCES: dict[int, Divergence] = {
         "reports WRITE_TOKEN_MISMATCH. Under EAGLE the target model runs no DECODE, so its "
         "canary never checks a sampled token.",
         "repro_18_input_assert_off_in_extend_modes.py",
+        ("0.5.13", "0.5.23"),
+    ),
+    19: Divergence(
+        "plan rows unchecked (P10, P11): a row outside the page table or a prefix past its row "
+        "is planned from memory outside the table, or refused by torch itself",
+        "full",
+        "A request whose pool row is not a row of `req_to_token`, or whose prefix is longer than "
+        "the row, is not refused by SGLang's checks. Its torch reference (the CPU path from "
+        "0.5.21) reads every row before it writes: a row past the table or a prefix past the row "
+        "raises torch's own `IndexError` with both plans untouched, and a row of -1 is not "
+        "refused at all: negative indexing plans the table's last row, another request's "
+        "slots. Its Triton offsets kernel (the kernel path: CUDA, and every device before "
+        "0.5.21) reads a row of -1 from the memory before the table, a row past the table from "
+        "the memory after it and a prefix past the row from the next row, and seeds the write "
+        "chain from the slot it finds there.",
+        "repro_19_plan_rows_unchecked.py",
         ("0.5.13", "0.5.23"),
     ),
 }

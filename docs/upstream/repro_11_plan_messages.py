@@ -9,6 +9,12 @@ but the message names launch_canary_plan_kernels_torch_reference (on CPU and XPU
 0.5.21), not the launch_canary_plan_kernels the engine called. P5 (a verify_capacity that is
 not the plan's length) names the torch reference too, from 0.5.21.
 
+It then runs the kernel path (CUDA on every release) with one strided tensor at a time: the
+contiguity refusal (P7) names the offsets kernel's own parameters (out_write_offsets,
+lut_tensor), not the plan field or argument the engine passed (write_plan_out.write_offsets,
+full_to_swa_index_mapping), and a strided expected-token pool or verify plan field is not
+refused at all: the launch reaches the CUDA entries kernel with it.
+
 Prints SGLang's result beside the contract's (the KV-canary conformance suite's
 docs/CONTRACT.md §12 P3) and exits 1 while the divergence is there, 0 once it is gone.
 SGLang's kv_canary is loaded from the installed wheel on its own, without its serving stack;
@@ -128,11 +134,47 @@ def main():
     )
     try:
         plan.api.launch_canary_plan_kernels(**args)
+        got = "the launch ran"
     except NoCudaHere:
-        report(True, "the launch reached the CUDA entries kernel unrefused", f"ValueError: {want}")
+        got = "the launch reached the CUDA entries kernel unrefused"
     except ValueError as error:
-        report(str(error) != want, f"ValueError: {error}", f"ValueError: {want}")
-    report(True, "the launch ran", f"ValueError: {want}")
+        got = f"ValueError: {error}"
+    bug = got != f"ValueError: {want}"
+    strided = kernel_path_strided(kv, plan)
+    for name, outcome in strided.items():
+        print(f"kernel path, strided {name}: {outcome}")
+    report(bug, got, f"ValueError: {want}")
+
+
+def kernel_path_strided(kv, plan):
+    """The kernel path's outcome for one strided tensor at a time: its message, or that the
+    launch reached the CUDA entries kernel."""
+
+    def strided(tensor):
+        wide = torch.zeros((tensor.shape[0] * 2,) + tuple(tensor.shape[1:]), dtype=tensor.dtype)
+        return wide[::2]
+
+    out = {}
+    for name in ("write_plan_out.write_offsets", "full_to_swa_index_mapping",
+                 "req_to_verify_expected_tokens", "verify_plan_out.verify_slot_indices"):  # fmt: skip
+        args = plan_call(kv, pool=True, lut_len=64, swa_window_size=3)
+        owner, _, field = name.partition(".")
+        if field:
+            fields = {f: getattr(args[owner], f) for f in args[owner].__dataclass_fields__}
+            fields[field] = strided(fields[field])
+            args[owner] = type(args[owner])(**fields)
+        elif name == "req_to_verify_expected_tokens":
+            args[name] = torch.zeros(2, 16, dtype=torch.int32)[:, ::2]
+        else:
+            args[name] = strided(args[name])
+        try:
+            kernel_path(plan.api)(**args)
+            out[name] = "ran"
+        except NoCudaHere:
+            out[name] = "not refused: reached the CUDA entries kernel"
+        except ValueError as error:
+            out[name] = f"ValueError: {error}"
+    return out
 
 
 def plan_modules(kv):
