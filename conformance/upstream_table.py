@@ -152,8 +152,9 @@ DIVERGENCES: dict[int, Divergence] = {
         "From 0.5.21, on CPU and XPU (the torch reference path), a plan launch of 4097 rows, of "
         "more rows than `write_plan_out` holds, or with a strided `req_to_token`, `prefix_lens` "
         "or plan tensor runs: the reference caps the seeds and offsets it writes at the write "
-        "plan's capacity, so the rows past it are silently never written, and a strided tensor "
-        "is read through its view. The same launch is refused on CUDA, so a configuration that "
+        "plan's capacity, its offsets ending where the first dropped row starts, and sets "
+        "`write_num_valid_reqs` to `bs`, above the capacity, so the rows past it are silently "
+        "never written; a strided tensor is read through its view. The same launch is refused on CUDA, so a configuration that "
         "works in CPU tests fails on the GPU box.",
         "repro_12_plan_checks_cuda_only.py",
         ("0.5.21", "0.5.23"),

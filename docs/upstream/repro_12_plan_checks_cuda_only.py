@@ -128,8 +128,15 @@ def main():
         report(True, "the launch reached the CUDA entries kernel unrefused", want)
     except ValueError as error:
         report(False, f"ValueError: {error}", want)
-    seeds = args["write_plan_out"].write_seed_slot_indices.tolist()
-    report(True, f"the launch ran; write_seed_slot_indices = {seeds}", want)
+    plan_out = args["write_plan_out"]
+    report(
+        True,
+        f"the launch ran; write_seed_slot_indices = {plan_out.write_seed_slot_indices.tolist()}, "
+        f"write_offsets = {plan_out.write_offsets.tolist()} (ending where the dropped row "
+        f"starts), write_num_valid_reqs = {plan_out.write_num_valid_reqs.tolist()} (bs, above "
+        "the capacity)",
+        want,
+    )
 
 
 def plan_modules(kv):
