@@ -28,6 +28,12 @@ sglang==X``; every release from 0.5.13 has them). What stands in for the rest of
 - :class:`SpecInfoStandIn` for EAGLE's verify input (``draft_token_num``, the tokens each row of
   a target verify writes).
 
+It also runs SGLang's ``pool_patcher/buf_info_splice.py`` (``splice_kv_buf_info``, its patch
+of a pool's ``get_contiguous_buf_infos``) on SGLang's own ``CanaryBufferGroup`` and a two-layer
+MHA pool's buffer list, and copies pages over the spliced ``(ptr, len, item_len)`` lists as a
+PD transfer engine does, item by item (:func:`transfer`): every page's records must arrive with
+its KV, and without the splice they must not (the check can fail).
+
 A forward the model makes that SGLang never makes is not compared: a decode batch with padding
 rows outside a graph (the contract's plan takes padding rows anywhere; SGLang's decode batch
 has them only at a replayed graph's tail).
@@ -134,6 +140,83 @@ def runtime() -> types.SimpleNamespace:
     exec(compile(ast.Module(body=[node], type_ignores=[]), "forward_batch_info.py", "exec"), scope)
     plan_input = importlib.import_module("sglang.srt.kv_canary.plan_input")
     return types.SimpleNamespace(ForwardMode=scope["ForwardMode"], plan_input=plan_input)
+
+
+def splice_modules() -> types.SimpleNamespace:
+    """SGLang's ``buffer_group`` and ``pool_patcher.buf_info_splice``, which import its
+    kv_canary kernels' module: loaded through the suite's SGLang adapter (its kv_canary without
+    the serving stack), then the runtime's packages beside it."""
+    from conformance.adapters import sglang as adapter  # loads kv_canary
+
+    runtime.cache_clear()  # the adapter registered the packages afresh
+    runtime()
+    for name in ("sglang.srt.kv_canary.pool_patcher",):
+        if name not in sys.modules:
+            spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+            spec.submodule_search_locations = [str(sglang_root().joinpath(*name.split(".")[1:]))]
+            sys.modules[name] = importlib.util.module_from_spec(spec)
+    return types.SimpleNamespace(
+        buffer_group=importlib.import_module("sglang.srt.kv_canary.buffer_group"),
+        splice=importlib.import_module("sglang.srt.kv_canary.pool_patcher.buf_info_splice"),
+        slot_bytes=int(adapter._module("verify").CANARY_SLOT_BYTES),
+    )
+
+
+def transfer(*, splice: bool, page_size: int = 4, pages: int = 6, seed: int = 0) -> list[str]:
+    """A PD transfer of pages ``[1, 3, 4]`` of a prefill engine's MHA pool into pages
+    ``[5, 2, 0]`` of a decode engine's, over the ``(ptr, len, item_len)`` lists a transfer
+    engine copies item by item (one page of each buffer an item), as SGLang's pool returns
+    them: with ``splice``, through SGLang's own ``splice_kv_buf_info`` (its canary patch of
+    ``get_contiguous_buf_infos``), which puts each canary buffer in the list; without, the KV
+    layers alone. The slots whose records did not arrive with their KV, as lines."""
+    mods = splice_modules()
+    rng = torch.Generator().manual_seed(seed)
+    slots, width = pages * page_size, 16
+
+    def side():
+        layers = [
+            torch.randint(1, 255, (slots, width), dtype=torch.uint8, generator=rng)
+            for _ in range(4)
+        ]  # K of two layers, then V of two layers
+        bufs = {
+            name: torch.randint(1, 255, (slots, mods.slot_bytes), dtype=torch.uint8, generator=rng)
+            for name in ("k_head", "k_tail", "v_head", "v_tail")
+        }
+        group = mods.buffer_group.CanaryBufferGroup(
+            kind=mods.buffer_group.PoolKind.FULL, **bufs, real_kv_sources_k=(),
+            real_kv_sources_v=(), swa_index_lut=None, kv_token_id_vs_position_offset=0,
+        )  # fmt: skip
+        ptrs = [t.data_ptr() for t in layers]
+        lens = [t.nbytes for t in layers]
+        items = [t[0].nbytes * page_size for t in layers]
+        if splice:
+            ptrs, lens, items = mods.splice.splice_kv_buf_info(
+                ptrs=ptrs, lens=lens, item_lens=items, group=group, has_v_half=True,
+                page_size=page_size,
+            )  # fmt: skip
+        memory = {t.data_ptr(): t for t in [*layers, *bufs.values()]}
+        return layers, bufs, list(zip(ptrs, lens, items, strict=True)), memory
+
+    src_layers, src_bufs, src_items, src_memory = side()
+    dst_layers, dst_bufs, dst_items, dst_memory = side()
+    moves = list(zip((1, 3, 4), (5, 2, 0), strict=True))
+    for (sp, _, item), (dp, _, dst_item) in zip(src_items, dst_items, strict=True):
+        assert item == dst_item
+        source = src_memory[sp].view(-1)
+        target = dst_memory[dp].view(-1)
+        for a, b in moves:
+            target[b * item : (b + 1) * item] = source[a * item : (a + 1) * item]
+    lines = []
+    for a, b in moves:
+        for i in range(page_size):
+            s, d = a * page_size + i, b * page_size + i
+            kv = all(torch.equal(x[s], y[d]) for x, y in zip(src_layers, dst_layers, strict=True))
+            records = all(torch.equal(src_bufs[n][s], dst_bufs[n][d]) for n in src_bufs)
+            if kv and not records:
+                lines.append(f"slot {s} -> {d}: the KV arrived, its records did not")
+            elif not kv:
+                lines.append(f"slot {s} -> {d}: the KV did not arrive")
+    return lines
 
 
 def _tensor(values) -> torch.Tensor:
@@ -303,7 +386,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"DIFFERS: {line}")
     if missing:
         print(f"NEVER REACHED: {', '.join(missing)}")
-    return 1 if problems or missing else 0
+    lost = transfer(splice=True)
+    control = transfer(splice=False)  # the KV layers alone: the check must see records stay
+    print(
+        "PD transfer over SGLang's splice_kv_buf_info: "
+        + (f"{len(lost)} slots lost their records: {lost[:3]}" if lost else
+           "every page's records arrive with its KV")
+        + f" (without the splice, {len(control)} of 12 slots arrive without their records)"
+    )  # fmt: skip
+    return 1 if problems or missing or lost or not control else 0
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """conformance.sglang_runtime: SGLang's PlanInput equals the engine model's plan inputs in every
-forward mode, the stand-ins provide every field SGLang's code reads, and a plan input off by one
-in any mode is caught."""
+forward mode, the stand-ins provide every field SGLang's code reads, a plan input off by one
+in any mode is caught, and a PD transfer over SGLang's spliced buffer list moves each page's
+records with its KV (and, without the splice, does not)."""
 
 from __future__ import annotations
 
@@ -65,3 +66,9 @@ def test_a_plan_input_off_by_one_is_caught_in_every_mode(field):
         wrong = dataclasses.replace(forward, plan=plan)
         lines = sr.compare(wrong)
         assert lines, (name, field)
+
+
+def test_a_pd_transfer_over_sglangs_splice_moves_each_pages_records_with_its_kv():
+    assert sr.transfer(splice=True) == []
+    lost = sr.transfer(splice=False)  # the KV layers alone
+    assert len(lost) == 12 and all("records did not" in line for line in lost), lost
