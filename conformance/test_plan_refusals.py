@@ -89,6 +89,10 @@ def faulted_plan_call(impl, device, fault: BatchFault) -> dict:
         lut = kwargs["full_to_swa_index_mapping"]
         kwargs["full_to_swa_index_mapping"] = lut[: translated_max(batch)].clone()
     elif fault.change != "capacity":
+        if fault.rule in ("P10", "P11", "P12"):  # a read past a table must land in no buffer
+            for name in ("req_to_token", "req_to_verify_expected_tokens"):
+                if kwargs.get(name) is not None:
+                    kwargs[name] = _guarded(kwargs[name])
         plan_name, _, field = fault.argument.partition(".")
         if field:
             plan = kwargs[plan_name]
@@ -98,6 +102,21 @@ def faulted_plan_call(impl, device, fault: BatchFault) -> dict:
         else:
             kwargs[fault.argument] = _changed(kwargs[fault.argument], fault, impl, device)
     return kwargs
+
+
+def _guarded(table: torch.Tensor) -> torch.Tensor:
+    """``table`` copied into the middle rows of a larger allocation: a read outside it (a row
+    of -1, a row past the table, a prefix past its row) lands in guard rows that are no buffer
+    of the call, so the CPU's memory watch (``conformance.bounds``) reports it whatever else the
+    allocator put beside the table. Without them such a read could land in another argument's
+    buffer, and pass unseen."""
+    guard = table.shape[0] + 8
+    padded = torch.zeros(
+        (table.shape[0] + 2 * guard, *table.shape[1:]), dtype=table.dtype, device=table.device
+    )
+    middle = padded[guard : guard + table.shape[0]]
+    middle.copy_(table)
+    return middle
 
 
 def translated_max(batch) -> int:
