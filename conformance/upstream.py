@@ -141,8 +141,23 @@ def release(version: str) -> Release:
     raise SystemExit(f"sglang {version} is not one of the releases under the suite ({known})")
 
 
-def expectations_file(version: str) -> Path:
-    return EXPECTATIONS / f"{release(version).expectations}.txt"
+#: The releases whose plan launcher sends CPU tensors to its torch reference (0.5.21 on): their
+#: kernel path, the one SGLang takes on CUDA, has a file and a leg of its own
+#: (``CANARY_SGLANG_PLAN=kernels``; the tox legs ``sglang-kernels-0.5.NN``). Before 0.5.21 the
+#: kernel path is the CPU path, and the release's one file covers it.
+KERNEL_PATH_RELEASES = ("0.5.21", "0.5.22", "0.5.23")
+
+
+def plan_path() -> str:
+    """The plan path the SGLang adapter takes (``CANARY_SGLANG_PLAN``: dispatch or kernels)."""
+    return os.environ.get("CANARY_SGLANG_PLAN", "dispatch")
+
+
+def expectations_file(version: str, path: str | None = None) -> Path:
+    """A release's expectations file for plan path ``path`` (default: :func:`plan_path`)."""
+    entry = release(version)
+    kernels = (path or plan_path()) == "kernels" and version in KERNEL_PATH_RELEASES
+    return EXPECTATIONS / f"{entry.expectations}{'-kernels' if kernels else ''}.txt"
 
 
 def check_installed() -> Release:
@@ -163,7 +178,7 @@ def check_installed() -> Release:
 
 def release_of_env(name: str) -> str:
     """``0.5.13`` of a tox env name ``sglang-0.5.13`` (or of ``0.5.13`` itself)."""
-    match = re.fullmatch(r"(?:sglang-)?(\d+\.\d+\.\d+(?:\.post\d+)?)", name)
+    match = re.fullmatch(r"(?:sglang-(?:kernels-)?)?(\d+\.\d+\.\d+(?:\.post\d+)?)", name)
     if not match:
         raise SystemExit(f"{name!r} names no SGLang release (sglang-0.5.NN)")
     return match.group(1)

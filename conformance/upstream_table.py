@@ -269,19 +269,23 @@ def _entries(folder: Path, stem: str) -> list[expectations.Entry]:
     return expectations.parse(path.read_text(), source=str(path))
 
 
+def counts_of(path: Path) -> dict[int, int]:
+    """How many entries of one expectations file carry each tag."""
+    tally: dict[int, int] = {}
+    for entry in expectations.parse(path.read_text(), source=str(path)):
+        for tag in _tags(entry):
+            if tag not in DIVERGENCES:
+                raise ValueError(f"{path}: tag [{tag}] is not in DIVERGENCES")
+            tally[tag] = tally.get(tag, 0) + 1
+    return tally
+
+
 def counts(releases: Sequence, folder: Path) -> dict[str, dict[int, int]]:
     """Per expectations stem: how many entries carry each tag."""
-    found: dict[str, dict[int, int]] = {}
-    for stem in sorted({r.expectations for r in releases}):
-        path = folder / f"{stem}.txt"
-        tally: dict[int, int] = {}
-        for entry in expectations.parse(path.read_text(), source=str(path)):
-            for tag in _tags(entry):
-                if tag not in DIVERGENCES:
-                    raise ValueError(f"{path}: tag [{tag}] is not in DIVERGENCES")
-                tally[tag] = tally.get(tag, 0) + 1
-        found[stem] = tally
-    return found
+    return {
+        stem: counts_of(folder / f"{stem}.txt")
+        for stem in sorted({r.expectations for r in releases})
+    }
 
 
 def example(tag: int, releases: Sequence, folder: Path) -> tuple[str, str]:
@@ -337,10 +341,30 @@ def render(releases: Sequence, folder: Path) -> str:
         "[2] reproduces on 0.5.13; those of [3] and [4] do not, since before 0.5.21 a launcher",
         "made every check before it reached the kernel). The plan runs the other way round:",
         "from 0.5.21 a CPU run takes SGLang's torch reference, so [13] and [14], which live in",
-        "its kernel path (CUDA), show in the files up to 0.5.20 only; their scripts run that",
+        "its kernel path (CUDA), show in these files up to 0.5.20 only; their scripts run that",
         "path, its Triton kernel interpreted, and reproduce them on every release.",
         "",
     ]
+    kernel_files = sorted(folder.glob("sglang-*-kernels.txt"))
+    if kernel_files:
+        stems = [f.stem for f in kernel_files]
+        tally = {stem: counts_of(folder / f"{stem}.txt") for stem in stems}
+        names = [stem.removeprefix("sglang-").removesuffix("-kernels") for stem in stems]
+        lines += [
+            "The plan's kernel path, the one SGLang takes on CUDA, of the releases whose CPU path",
+            "is another (`tox -e sglang-kernels-RELEASE`, `CANARY_SGLANG_PLAN=kernels`; files",
+            "`sglang-RELEASE-kernels.txt`): their files differ from the release's only in the plan",
+            "group, whose entries are 0.5.20's, so that a fix of that path shows as an unexpected",
+            "pass.",
+            "",
+            "| divergence | " + " | ".join(f"{n} kernels" for n in names) + " |",
+            "|---|" + "---|" * len(names),
+        ]
+        for tag, divergence in DIVERGENCES.items():
+            cells = [str(tally[stem].get(tag, 0) or "-") for stem in stems]
+            if any(c != "-" for c in cells):
+                lines.append(f"| [{tag}] {divergence.title} | " + " | ".join(cells) + " |")
+        lines.append("")
     lines += ["## The real divergences", ""]
     for tag, divergence in DIVERGENCES.items():
         if not divergence.engine_sees:

@@ -26,12 +26,34 @@ def tags_of(stem: str) -> set[int]:
 def test_every_release_has_a_leg_and_a_file():
     """One tox leg sglang-RELEASE per release, labelled upstream, and each release's file exists."""
     legs = {name: labels for name, labels in tox_envs().items() if name.startswith("sglang")}
-    assert set(legs) == {f"sglang-{r.version}" for r in upstream.RELEASES}
+    assert set(legs) == {f"sglang-{r.version}" for r in upstream.RELEASES} | {
+        f"sglang-kernels-{v}" for v in upstream.KERNEL_PATH_RELEASES
+    }
     assert all("upstream" in labels for labels in legs.values())
     for entry in upstream.RELEASES:
-        assert upstream.expectations_file(entry.version).is_file(), entry
+        for path in ("dispatch", "kernels"):
+            assert upstream.expectations_file(entry.version, path).is_file(), (entry, path)
     files = {p.stem for p in upstream.EXPECTATIONS.glob("sglang-*.txt")}
-    assert files == {r.expectations for r in upstream.RELEASES}, "a file no release uses"
+    kernels = {f"{upstream.release(v).expectations}-kernels" for v in upstream.KERNEL_PATH_RELEASES}
+    assert files == {r.expectations for r in upstream.RELEASES} | kernels, "a file no leg uses"
+
+
+def _entries(text: str, *, plan_group: bool) -> list[str]:
+    """The entry lines of an expectations file before its plan group, or from it on."""
+    at = text.index("# The plan group")
+    part = text[at:] if plan_group else text[:at]
+    return [line for line in part.splitlines() if not line.startswith("#")]
+
+
+def test_the_kernel_path_files_differ_from_their_releases_only_in_the_plan_group():
+    """A -kernels file holds its release's entries but those of the plan group, which are the
+    kernel path's (sglang-0.5.20's, the last release whose CPU path it is)."""
+    last = (upstream.EXPECTATIONS / "sglang-0.5.20.txt").read_text()
+    for version in upstream.KERNEL_PATH_RELEASES:
+        mine = upstream.expectations_file(version, "kernels").read_text()
+        theirs = upstream.expectations_file(version, "dispatch").read_text()
+        assert _entries(mine, plan_group=False) == _entries(theirs, plan_group=False), version
+        assert _entries(mine, plan_group=True) == _entries(last, plan_group=True), version
 
 
 def test_releases_share_a_file_only_where_their_files_are_identical():

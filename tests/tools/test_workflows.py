@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conformance.upstream import RELEASES
+from conformance.upstream import KERNEL_PATH_RELEASES, RELEASES
 from tools.gpu_types import GPU_TYPES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,6 +127,9 @@ def test_nightly_runs_every_mutation_session_and_every_release():
     releases = [str(r) for r in jobs["upstream"]["strategy"]["matrix"]["release"]]
     assert releases == [release.version for release in RELEASES]
     assert re.search(r'tox -e "sglang-\$RELEASE"', steps_text(jobs["upstream"]))
+    kernels = [str(r) for r in jobs["upstream-kernels"]["strategy"]["matrix"]["release"]]
+    assert kernels == list(KERNEL_PATH_RELEASES)
+    assert re.search(r'tox -e "sglang-kernels-\$RELEASE"', steps_text(jobs["upstream-kernels"]))
     assert "schedule" in workflow("nightly.yml")[True]  # YAML 1.1 reads the key `on` as True
 
 
@@ -192,7 +195,9 @@ def test_a_mutation_job_gates_exactly_when_its_triage_is_current():
         "nightly.yml: the gating sessions are not the ones whose triage is current "
         f"(stamped with their module as it is): {current_triage()}"
     )
-    assert all("continue-on-error" not in jobs[name] for name in ("gate", "upstream"))
+    assert all(
+        "continue-on-error" not in jobs[name] for name in ("gate", "upstream", "upstream-kernels")
+    )
     survivors = ROOT / "strength" / "mutation" / "survivors"
     untriaged = [
         p.stem
