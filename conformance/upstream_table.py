@@ -183,9 +183,9 @@ DIVERGENCES: dict[int, Divergence] = {
         "table's last entry and seeds the write chain from whatever SWA slot that holds: the "
         "write then links the request to an unrelated slot's chain hash, and verify reports "
         "chain mismatches that no corruption caused. SGLang's own reference and its own kernel "
-        "disagree; from 0.5.21 a CPU run takes the reference, so the suite's legs show it only "
-        "before 0.5.21, and the repro script runs the Triton kernel (interpreted) on every "
-        "release.",
+        "disagree; from 0.5.21 a CPU run takes the reference, so the release legs show it only "
+        "before 0.5.21, the kernel-path legs (`sglang-kernels-0.5.NN`) from then on, and the "
+        "repro script runs the Triton kernel (interpreted) on every release.",
         "repro_14_swa_seed_clamped.py",
         ("0.5.13", "0.5.23"),
     ),
@@ -341,8 +341,9 @@ def render(releases: Sequence, folder: Path) -> str:
         "[2] reproduces on 0.5.13; those of [3] and [4] do not, since before 0.5.21 a launcher",
         "made every check before it reached the kernel). The plan runs the other way round:",
         "from 0.5.21 a CPU run takes SGLang's torch reference, so [13] and [14], which live in",
-        "its kernel path (CUDA), show in these files up to 0.5.20 only; their scripts run that",
-        "path, its Triton kernel interpreted, and reproduce them on every release.",
+        "its kernel path (CUDA), show in these files up to 0.5.20 only, and from 0.5.21 in the",
+        "kernel path's files below; their scripts run that path, its Triton kernel interpreted,",
+        "and reproduce them on every release.",
         "",
     ]
     kernel_files = sorted(folder.glob("sglang-*-kernels.txt"))
