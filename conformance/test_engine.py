@@ -214,6 +214,7 @@ REQUIRED_SITUATIONS = (
     "a verify plan that overflows",
     "plans reused by a replayed graph",
     "a retracted request readmitted",
+    "a readmitted request matched a cached prefix",
     "drafts rejected and their pages freed",
     "forward EXTEND",
     "forward DECODE",

@@ -1016,13 +1016,7 @@ class Engine:
         if req is None:
             return None
         del self.running[req.rid]
-        c = self.config
-        k = req.written // c.page_size * c.page_size
-        if k:
-            pages = tuple(req.pages[: k // c.page_size])
-            for page in pages:
-                self.cache_refs[page] += 1
-            self.cache.append(_CacheEntry(tuple(req.tokens[: k + c.offset]), pages, k))
+        k = self._cache_prefix(req)
         for page in req.pages:
             self._release(page, cache=False)
         self.free_rows.append(req.row)
@@ -1031,13 +1025,26 @@ class Engine:
         rid: int = req.rid
         return rid
 
+    def _cache_prefix(self, req: _Request) -> int:
+        """Put the page-aligned prefix ``req`` wrote into the prefix cache; its length."""
+        c = self.config
+        k = req.written // c.page_size * c.page_size
+        if k:
+            pages = tuple(req.pages[: k // c.page_size])
+            for page in pages:
+                self.cache_refs[page] += 1
+            self.cache.append(_CacheEntry(tuple(req.tokens[: k + c.offset]), pages, k))
+        return k
+
     def retract(self, pick: int) -> int | None:
-        """A running request that has written KV is preempted: its KV is freed and it waits
-        with its tokens."""
+        """A running request that has written KV is preempted: its page-aligned prefix stays in
+        the prefix cache (SGLang's radix cache keeps a retracted request's protected prefix), the
+        rest of its KV is freed, and it waits with its tokens."""
         req = pick_from(self.retractable(), pick)
         if req is None:
             return None
         del self.running[req.rid]
+        self._cache_prefix(req)  # the protected prefix stays in the cache
         for page in req.pages:
             self._release(page, cache=False)
         self.free_rows.append(req.row)
@@ -1057,21 +1064,70 @@ class Engine:
         req.row = self.free_rows.pop(0)
         req.written, req.pages, req.decoding = 0, [], False
         self.events["a retracted request readmitted"] += 1
-        # everything known is a prompt now: the last token is computed, not sampled again
+        # everything known is a prompt now: the last token is computed, not sampled again; the
+        # longest cached prefix of its tokens (its own protected prefix, or another's) is shared
+        matched = self._match(req)
+        if matched:
+            self.events["a readmitted request matched a cached prefix"] += 1
         self.running[req.rid] = req
-        self.log.append(f"readmit: request {req.rid}, row {req.row}")
+        self.log.append(f"readmit: request {req.rid}, row {req.row}, {matched} cached")
         rid: int = req.rid
         return rid
 
+    def _match(self, req: _Request) -> int:
+        """Share with ``req`` (written 0, in its row) the longest cached page-aligned prefix of
+        its tokens that leaves it a token to compute and whose window is resident; its length."""
+        c = self.config
+        best, best_k = None, 0
+        for entry in self.cache:
+            k = min(entry.length, (len(req.tokens) - c.offset - 1) // c.page_size * c.page_size)
+            while k > 0 and (
+                tuple(req.tokens[: k + c.offset]) != entry.tokens[: k + c.offset]
+                or not self._window_present(entry, k)
+            ):
+                k -= c.page_size
+            if k > best_k:
+                best, best_k = entry, k
+        if best is None:
+            return 0
+        req.pages = list(best.pages[: best_k // c.page_size])
+        for page in req.pages:
+            self.req_refs[page] += 1
+        for pos in range(best_k):
+            self.req_to_token[req.row, pos] = self.full_slot(req, pos)
+        req.written = best_k
+        return best_k
+
+    def evictable(self) -> list:
+        """``(entry, page index)`` of each cached prefix's last page that no running request
+        holds, oldest first: the leaves the cache may evict (a locked node never is)."""
+        return [(e, len(e.pages) - 1) for e in self.cache if not self.req_refs[e.pages[-1]]]
+
     def evict(self) -> int | None:
-        """The oldest cached prefix is dropped; pages no one else holds go back to the allocator."""
-        if not self.cache:
+        """The oldest evictable leaf loses its last page, as SGLang's radix cache evicts leaves
+        by truncation: the page goes back to the allocator when no one else holds it, and a
+        cached prefix left empty is dropped. A page a running request holds (a locked node) is
+        never evicted."""
+        leaves = self.evictable()
+        if not leaves:
             return None
-        entry = self.cache.pop(0)
-        for page in entry.pages:
-            self._release(page, cache=True)
-        self.log.append(f"evict: a cached prefix of {entry.length}")
+        entry, _ = leaves[0]
+        self._truncate(entry, len(entry.pages) - 1)
+        self.log.append(f"evict: a cached prefix down to {entry.length}")
         return entry.length
+
+    def _truncate(self, entry: _CacheEntry, keep: int) -> list[int]:
+        """Cut a cached prefix to its first ``keep`` pages, releasing the others; the pages."""
+        c = self.config
+        cut = list(entry.pages[keep:])
+        entry.pages = tuple(entry.pages[:keep])
+        entry.length = keep * c.page_size
+        entry.tokens = entry.tokens[: entry.length + c.offset]
+        for page in cut:
+            self._release(page, cache=True)
+        if not entry.pages:
+            self.cache.remove(entry)
+        return cut
 
     def sweep(self) -> Sweep | None:
         """Every slot the cache holds, as each group's verify plan entries (translated, like

@@ -406,6 +406,69 @@ class FreedWhileReferenced(_TableFault):
         return [Due(-1, bits, tags=tags(FULL, stage)) for stage in ("HEAD", "TAIL")]
 
 
+class LockedNodeEvicted(FaultClass):
+    """The prefix cache evicts a page that running requests hold (SGLang's radix cache locks the
+    nodes on a running request's path; this eviction ignores the lock): the cached prefix is cut
+    down past that page and the page goes back to the allocator, first in line, while its
+    holders go on naming it. The next request to allocate writes it: reported at a slot of that
+    page, with ``CHAIN``, ``POSITION`` or ``TOKEN``, by the ``FULL`` group's next ``HEAD`` and
+    ``TAIL`` verifies of a holder; nothing is promised when no other request wrote the page or
+    no holder ran again."""
+
+    name = "locked_node_evicted"
+    description = "the prefix cache evicts a page running requests hold"
+
+    def make(self, engine, pick, byte):
+        p = engine.config.page_size
+        places = []
+        for entry in engine.cache:
+            for j, page in enumerate(entry.pages):
+                holders = tuple(
+                    r.rid
+                    for r in sorted(engine.running.values(), key=lambda r: r.rid)
+                    if page in r.pages[: -(-r.written // p)] and engine.will_run(r)
+                )
+                if holders and engine.cache_refs[page] == 1:
+                    places.append((entry, j, page, holders))
+        place = pick_from(places, pick)
+        if place is None:
+            return None
+        entry, j, page, holders = place
+        length = entry.length
+        engine._truncate(entry, j + 1)  # the unlocked leaves past it go first
+        engine.cache_refs[page] = 0
+        engine.req_refs[page] = 0  # the lock ignored: the page is free
+        engine.free_pages.insert(0, page)  # the next allocation takes it
+        entry.pages, entry.length = entry.pages[:j], j * p
+        entry.tokens = entry.tokens[: entry.length + engine.config.offset]
+        if not entry.pages:
+            engine.cache.remove(entry)
+        what = (
+            f"{self.name}: a cached prefix of {length} cut to {j * p}, page {page} freed while "
+            f"requests {list(holders)} hold it"
+        )
+        entries = tuple((rid, 0) for rid in holders)
+        return Fault(self.name, None, frozenset(range(page * p, (page + 1) * p)), entries, what)
+
+    def due(self, engine, fault, buffers):
+        return [], False
+
+    def due_after_settle(self, engine, fault):
+        holders = {rid for rid, _ in fault.entries}
+        p = engine.config.page_size
+        page = min(fault.slots) // p
+        ran = [
+            rid
+            for rid in holders
+            if rid in engine.running and engine.last_run.get(rid, -1) > fault.made_at
+        ]
+        written = any(page in r.pages and r.rid not in holders for r in engine.running.values())
+        if not ran or not written:
+            return None  # no holder ran again, or no other request took the page
+        bits = CHAIN | POSITION | TOKEN
+        return [Due(-1, bits, tags=tags(FULL, stage)) for stage in ("HEAD", "TAIL")]
+
+
 class NextTokenSwap(FaultClass):
     """``perturb/next_token_swap.py``: two requests' sampled next tokens are swapped, so each
     writes the other's token: reported by the ``HEAD`` and the ``TAIL`` write of each, in every
@@ -866,7 +929,8 @@ def page_heads(engine: Engine) -> list:
 #: The ``req_to_token`` class, which the pipeline property's page-table change uses too.
 REQ_TO_TOKEN = ReqToToken()
 #: Every fault class by name, in the order of the suite's parameters and the detection table:
-#: SGLang's five self-test perturbations, two allocator bugs, two bugs of the forward's KV
+#: SGLang's five self-test perturbations, two allocator bugs, a cache that evicts a locked
+#: page, two bugs of the forward's KV
 #: store, a forward that moves positions, an off-by-one accept of speculative decoding, and four
 #: of KV that moves without a forward (HiCache's reload, a PD transfer).
 FAULTS: dict[str, FaultClass] = {
@@ -879,6 +943,7 @@ FAULTS: dict[str, FaultClass] = {
         NextTokenSwap(),
         PageSwap(),
         FreedWhileReferenced(),
+        LockedNodeEvicted(),
         MisdirectedStore(),
         DroppedStore(),
         PositionsMoved(),
