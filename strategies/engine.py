@@ -1113,8 +1113,9 @@ class Engine:
             return None
         entry, _ = leaves[0]
         self._truncate(entry, len(entry.pages) - 1)
-        self.log.append(f"evict: a cached prefix down to {entry.length}")
-        return entry.length
+        length: int = entry.length
+        self.log.append(f"evict: a cached prefix down to {length}")
+        return length
 
     def _truncate(self, entry: _CacheEntry, keep: int) -> list[int]:
         """Cut a cached prefix to its first ``keep`` pages, releasing the others; the pages."""
