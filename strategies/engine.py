@@ -653,8 +653,9 @@ class Engine:
         return self._forward("idle", [], pad=pad, mode="IDLE", graph=True)
 
     def target_verify(self, drafts: int, accept: int) -> Forward | None:
-        """EAGLE's target verify (``TARGET_VERIFY``): every decoding request with room writes its
-        sampled token and ``drafts - 1`` draft tokens at the positions past what it wrote
+        """EAGLE's target verify (``TARGET_VERIFY``), made only when every decoding request has
+        room for ``drafts`` more positions (None otherwise: the caller decodes plainly): each
+        writes its sampled token and ``drafts - 1`` draft tokens at the positions past what it wrote
         (``prefix`` = ``seq_lens``, ``extend`` = ``draft_token_num``, the drafts past the
         snapshot's valid length); then each accepts the drafts that match the target's tokens,
         ``accept`` picking how many, takes the target's own token after them, and frees the
@@ -663,9 +664,9 @@ class Engine:
         if drafts < 2 or c.offset:  # the draft model's canary (offset 1) runs other modes
             return None
         # every row writes ``draft_token_num`` tokens (SGLang's plan input takes one count for
-        # the batch): a row without room for them waits for a plain decode
-        rows = [(r, drafts) for r, _ in self._decode_rows() if r.written + drafts <= c.context_len]
-        if not rows:
+        # the batch): while a decoding request has no room for them, the step is a plain decode
+        rows = [(r, drafts) for r, _ in self._decode_rows()]
+        if not rows or any(r.written + drafts > c.context_len for r, _ in rows):
             return None
         self._drafting = {}
         for i, (req, e) in enumerate(rows):
