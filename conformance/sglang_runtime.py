@@ -358,6 +358,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--histories", type=int, default=HISTORIES)
     options = parser.parse_args(argv)
+    try:
+        runtime()
+    except ImportError as error:  # no sglang, or one without the runtime
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     version = upstream.installed_version()
     counts: Counter[str] = Counter()
     skipped = 0

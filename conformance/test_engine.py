@@ -192,9 +192,10 @@ class EngineMachine(stateful.RuleBasedStateMachine):
     def silent_without_a_fault(self):
         if not hasattr(self, "engine"):
             return
-        problem = self.oracle.silence_problem() if self.fault is None else ""
-        if not problem and self.oracle.peer is not None:  # no fault touches the prefill engine
-            problem = self.oracle.peer.silence_problem()
+        if self.fault is None:  # this engine's ring and its prefill engine's
+            problem = self.oracle.silence_problem()
+        else:  # no fault touches the prefill engine
+            problem = "" if self.oracle.peer is None else self.oracle.peer.silence_problem()
         if problem:
             fail(
                 f"{problem} on a correct history (the implementation agreed with the reference)",

@@ -1246,8 +1246,7 @@ class Engine:
         """A running request is retracted (:meth:`retract`) with its KV backed up to the host
         first: its written positions, and their SWA slots in its window; :meth:`restore` loads
         them back."""
-        live = [r for r in sorted(self.running.values(), key=lambda r: r.rid) if r.written]
-        req = pick_from(live, pick)
+        req = pick_from(self.retractable(), pick)
         if req is None:
             return None
         key = self._key()
@@ -1255,7 +1254,7 @@ class Engine:
         resident = self._resident(full, range(self.window_start(req.written), req.written))
         save = self._save("backup", key, full, resident)
         self.backups[req.rid] = (key, req.written, resident)
-        self.retract(self.retractable().index(req))
+        self.retract(pick)  # the same request: retract picks among the same list
         self.log[-1] += " (KV backed up)"
         return save
 

@@ -72,3 +72,12 @@ def test_a_pd_transfer_over_sglangs_splice_moves_each_pages_records_with_its_kv(
     assert sr.transfer(splice=True) == []
     lost = sr.transfer(splice=False)  # the KV layers alone
     assert len(lost) == 12 and all("records did not" in line for line in lost), lost
+
+
+def test_without_sglang_the_leg_says_so_and_fails(monkeypatch, capsys):
+    def missing():
+        raise ImportError("sglang is not installed; pip install --no-deps sglang==X (0.5.13+)")
+
+    monkeypatch.setattr(sr, "runtime", missing)
+    assert sr.main([]) == 2
+    assert "sglang is not installed" in capsys.readouterr().err
