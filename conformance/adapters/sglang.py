@@ -91,6 +91,7 @@ import contextlib
 import functools
 import importlib
 import importlib.util
+import importlib.machinery
 import os
 import sys
 import types
@@ -170,6 +171,9 @@ def _load_standalone(root: Path, kv: str, jit: str) -> None:
         package = types.ModuleType(name)
         package.__path__ = [str(root.joinpath(*name.split(".")[1:]))]
         package.__package__ = name
+        # a spec, so that importlib.util.find_spec("sglang") still finds the wheel's folder
+        package.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        package.__spec__.submodule_search_locations = list(package.__path__)
         sys.modules[name] = package
         parent, _, child = name.rpartition(".")
         if parent:
