@@ -230,6 +230,8 @@ def missing(dues: list[Due], rows: np.ndarray, fault: Fault) -> list[str]:
         tagged = [r for r in rows if not due.tags or int(r[KIND]) in due.tags]
         if due.slot == -1:  # any slot of the fault's, any of the bits
             ok = any(int(r[SLOT]) in fault.slots and int(r[BITS]) & due.bits for r in tagged)
+        elif due.any_of:
+            ok = any(int(r[SLOT]) == due.slot and int(r[BITS]) & due.bits for r in tagged)
         elif due.exact:
             ok = any(int(r[SLOT]) == due.slot and int(r[BITS]) == due.bits for r in tagged)
         else:

@@ -58,7 +58,7 @@ import numpy as np
 import torch
 
 from conformance import upstream
-from strategies.engine import Engine, EngineConfig, Forward
+from strategies.engine import ORACLE_MODES, Engine, EngineConfig, Forward
 
 __all__ = [
     "FORWARD_BATCH_FIELDS",
@@ -84,6 +84,11 @@ FORWARD_BATCH_FIELDS = (
     "req_all_ids_lens",
     "spec_info",
 )
+#: The fields of SGLang's ``ForwardBatch`` that ``TokenOracleManager.fill_expected_inputs``
+#: reads besides them.
+ORACLE_FIELDS = ("input_ids", "rids_int", "bootstrap_room_ids_int")
+#: The vocabulary of the token oracle the leg gives SGLang's ``TokenOracleManager``.
+VOCAB = 2**31 - 1
 #: The plan inputs compared: SGLang's ``PlanInput`` field, the engine model's plan keyword.
 PLAN_INPUT_FIELDS = (
     ("req_pool_indices", "req_pool_indices"),
@@ -95,9 +100,12 @@ PLAN_INPUT_FIELDS = (
 
 @dataclass(frozen=True)
 class SpecInfoStandIn:
-    """Stands for EAGLE's verify input (``speculative/eagle_info.py``): ``draft_token_num``."""
+    """Stands for EAGLE's verify input (``draft_token_num``: the tokens each row of a target
+    verify writes) and its draft input (``num_tokens_per_req``: the tokens each row of a draft
+    extend writes), ``speculative/eagle_info.py``."""
 
-    draft_token_num: int
+    draft_token_num: int = 0
+    num_tokens_per_req: int = 0
 
 
 @dataclass(frozen=True)
@@ -113,6 +121,9 @@ class ForwardBatchStandIn:
     extend_seq_lens: torch.Tensor | None
     req_all_ids_lens: torch.Tensor
     spec_info: SpecInfoStandIn | None
+    input_ids: torch.Tensor
+    rids_int: torch.Tensor
+    bootstrap_room_ids_int: torch.Tensor | None = None
 
 
 def sglang_root() -> Path:
@@ -246,15 +257,64 @@ def forward_batch(forward: Forward) -> ForwardBatchStandIn | None:
     if forward.mode == "TARGET_VERIFY":
         spec = SpecInfoStandIn(draft_token_num=int(counts[0]))
         seq_lens = starts  # before the drafts: SGLang bumps seq_lens after the verify
+    if forward.mode == "DRAFT_EXTEND_V2":  # seq_lens bumped by the new tokens
+        spec = SpecInfoStandIn(num_tokens_per_req=int(counts[0]))
     return ForwardBatchStandIn(
         forward_mode=mode,
         req_pool_indices=_tensor(rows),
         positions=_tensor(positions),
         seq_lens=_tensor(seq_lens),
-        extend_prefix_lens=_tensor(starts) if extend else None,
+        # a replayed draft extend passes no prefix lengths (``plan_input.py``)
+        extend_prefix_lens=_tensor(starts) if extend and forward.mode != "DRAFT_EXTEND_V2" else None,
         extend_seq_lens=_tensor(counts) if extend else None,
         req_all_ids_lens=_tensor(plan["req_to_verify_expected_tokens_valid_lens"]),
         spec_info=spec,
+        input_ids=_tensor(write["input_ids"]),
+        rids_int=_tensor(rows),  # a request's id: its pool row (0: a padding row)
+    )
+
+
+def expected_inputs(forward: Forward) -> list[str] | None:
+    """SGLang's ``TokenOracleManager.fill_expected_inputs`` for ``forward`` against the engine
+    model's choice of expected inputs: the token oracle's in the modes of
+    :data:`strategies.engine.ORACLE_MODES`, the input ids in the others. The differing entries
+    as lines, or None for a forward SGLang never makes or one whose input assert is off."""
+    batch = forward_batch(forward)
+    if batch is None or forward.write["expected_input_tokens"] is None:
+        return None
+    mods = oracle_modules()
+    n = int(batch.input_ids.shape[0])
+    out = mods.expected_inputs.ExpectedInputs.allocate(capacity=n, device=torch.device("cpu"))
+    oracle = mods.oracle.HashOracle(vocab_size=VOCAB)
+    mods.oracle_manager.TokenOracleManager(oracle=oracle).fill_expected_inputs(
+        forward_batch=batch, expected_inputs_out=out
+    )
+    rids = batch.rids_int[torch.from_numpy(forward.token_rows)]
+    from_oracle = oracle.expected_tokens(generalized_req_ids=rids, positions=batch.positions)
+    want = from_oracle if forward.mode in ORACLE_MODES else batch.input_ids
+    source = "the token oracle's" if forward.mode in ORACLE_MODES else "the input ids"
+    lines = []
+    got_tokens, got_positions = out.tokens[:n].to(torch.int64), out.positions[:n]
+    for i in torch.nonzero(got_tokens != want.to(torch.int64)).flatten()[:4].tolist():
+        lines.append(f"token {i}: SGLang {int(got_tokens[i])}, {source} {int(want[i])}")
+    if not torch.equal(got_positions.to(torch.int64), batch.positions):
+        lines.append("positions: SGLang's differ from the forward's")
+    return lines
+
+
+@functools.cache
+def oracle_modules() -> types.SimpleNamespace:
+    """SGLang's ``token_oracle`` (its manager and oracle) and ``expected_inputs`` modules."""
+    runtime()
+    name = "sglang.srt.kv_canary.token_oracle"
+    if name not in sys.modules:
+        spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        spec.submodule_search_locations = [str(sglang_root().joinpath(*name.split(".")[1:]))]
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+    return types.SimpleNamespace(
+        expected_inputs=importlib.import_module("sglang.srt.kv_canary.expected_inputs"),
+        oracle=importlib.import_module("sglang.srt.kv_canary.token_oracle.oracle"),
+        oracle_manager=importlib.import_module("sglang.srt.kv_canary.token_oracle.oracle_manager"),
     )
 
 
@@ -302,8 +362,8 @@ def history(index: int, steps: int = 40) -> list[Forward]:
         engine.admit(int(rng.integers(2, 7)), 0)
     for _ in range(steps):
         op = rng.choice(
-            ("admit", "prefill", "decode", "graph", "mixed", "idle", "verify", "draft")
-            + ("finish", "retract", "readmit", "receive", "relocate")
+            ("admit", "prefill", "decode", "graph", "mixed", "idle", "verify", "draft", "draftext")
+            + ("finish", "retract", "readmit", "receive", "relocate", "twin")
         )
         pick = int(rng.integers(0, 8))
         if op == "admit":
@@ -312,6 +372,11 @@ def history(index: int, steps: int = 40) -> list[Forward]:
             getattr(engine, op)(pick)
         elif op == "receive":
             keep(engine.receive(int(rng.integers(2, 8))))
+        elif op == "twin":  # computed again, then inserted: its row rebound to the cache's pages
+            rid = engine.admit_twin(pick, int(rng.integers(1, 4)))
+            keep(engine.prefill(6))
+            if rid is not None:
+                engine.insert(0, rid=rid)
         chunk = int(rng.integers(1, 7))
         if op == "prefill":
             keep(engine.prefill(chunk))
@@ -325,6 +390,8 @@ def history(index: int, steps: int = 40) -> list[Forward]:
             keep(engine.target_verify(2 + pick % 3, pick))
         elif op == "draft":
             keep(engine.draft_decode(3))
+        elif op == "draftext":
+            keep(engine.draft_extend(1 + pick % 3))
         else:
             keep(engine.prefill(6) or engine.decode(0))
     return out
@@ -339,6 +406,8 @@ def label(forward: Forward) -> str:
     return forward.mode + (" replaying a graph" if forward.graph and forward.mode != "IDLE" else "")
 
 
+#: The modes whose expected inputs every run must compare at least once.
+ORACLE_MODES_REQUIRED = ("DECODE", "IDLE", "DRAFT_EXTEND_V2", "EXTEND", "MIXED", "TARGET_VERIFY")
 #: The modes every run must compare at least once.
 REQUIRED = (
     "EXTEND",
@@ -348,6 +417,7 @@ REQUIRED = (
     "IDLE",
     "TARGET_VERIFY",
     "DECODE of the draft model",
+    "DRAFT_EXTEND_V2",
     "EXTEND on the prefill engine",
 )
 
@@ -365,6 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     version = upstream.installed_version()
     counts: Counter[str] = Counter()
+    oracle_counts: Counter[str] = Counter()  # forwards whose expected inputs were compared
     skipped = 0
     problems = []
     for index in range(options.histories):
@@ -378,6 +449,14 @@ def main(argv: list[str] | None = None) -> int:
                 problems.append(
                     f"history {index}, forward {step} ({label(forward)}): " + "; ".join(lines)
                 )
+            inputs = expected_inputs(forward)
+            if inputs is not None:
+                oracle_counts[forward.mode] += 1
+            if inputs:
+                problems.append(
+                    f"history {index}, forward {step} ({label(forward)}), expected inputs: "
+                    + "; ".join(inputs)
+                )
     print(f"sglang {version}: PlanInput.fill_from_forward_batch against the engine model")
     for name in REQUIRED:
         print(
@@ -386,7 +465,17 @@ def main(argv: list[str] | None = None) -> int:
             else f"  {name}: {counts[name]}"
         )
     print(f"  not compared (padding rows SGLang's batches never have): {skipped}")
+    modes = sorted(oracle_counts, key=lambda m: (m not in ORACLE_MODES, m))
+    print(
+        "TokenOracleManager.fill_expected_inputs against the engine model: "
+        + ", ".join(
+            f"{m} {oracle_counts[m]} ({'the oracle' if m in ORACLE_MODES else 'the input ids'})"
+            for m in modes
+        )
+        + (" forwards equal" if not problems else "")
+    )
     missing = [name for name in REQUIRED if not counts[name]]
+    missing += [f"expected inputs of {m}" for m in ORACLE_MODES_REQUIRED if not oracle_counts[m]]
     for line in problems[:20]:
         print(f"DIFFERS: {line}")
     if missing:

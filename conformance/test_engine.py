@@ -57,6 +57,8 @@ class EngineMachine(stateful.RuleBasedStateMachine):
         # a running start: requests prefilled and decoding, one sharing a cached prefix, and a
         # cached prefix no request uses
         warm_up(self.engine, self._run)
+        # a request with a cached prefix's tokens, computed again and rebound by its insert
+        self.twin(0, 1)
         # the rarest steps once in every history: a decode whose verify plans overflow, a
         # graph captured and replayed (its plans reused), the draft model's multi-step draft
         self._run(self.engine.decode(0, overflow=True))
@@ -64,6 +66,7 @@ class EngineMachine(stateful.RuleBasedStateMachine):
             self._run(self.engine.decode(1, graph=True))
         for forward in self.engine.draft_decode(3):
             self._run(forward)
+        self._run(self.engine.draft_extend(2))
 
     def _run(self, step) -> None:
         if step is None:
@@ -83,6 +86,21 @@ class EngineMachine(stateful.RuleBasedStateMachine):
         self.engine.admit(new_tokens, share)
         self._tick()
 
+    @precondition(lambda self: self.engine.free_rows and self.engine.cache)
+    @rule(pick=st.integers(0, 7), new_tokens=st.integers(1, engine_step_sizes()["new_tokens"]))
+    def twin(self, pick, new_tokens):
+        """A request admitted with a cached prefix's tokens (before the prefix was cached, so
+        not sharing it), its extend forward, then its insert, which rebinds its row."""
+        rid = self.engine.admit_twin(pick, new_tokens)
+        self._tick()
+        if rid is not None:
+            self.engine.insert(0, rid=rid)
+
+    @precondition(lambda self: self.engine.insertable())
+    @rule(pick=st.integers(0, 7))
+    def insert(self, pick):
+        self.engine.insert(pick)
+
     @rule(chunk=st.integers(1, engine_step_sizes()["chunk"]))
     def prefill(self, chunk):
         self._run(self.engine.prefill(chunk))
@@ -99,6 +117,10 @@ class EngineMachine(stateful.RuleBasedStateMachine):
     def draft_decode(self, steps):
         for forward in self.engine.draft_decode(steps):
             self._run(forward)
+
+    @rule(tokens=st.integers(1, 3))
+    def draft_extend(self, tokens):
+        self._run(self.engine.draft_extend(tokens))
 
     @rule(chunk=st.integers(1, engine_step_sizes()["chunk"]))
     def mixed(self, chunk):
@@ -122,6 +144,7 @@ class EngineMachine(stateful.RuleBasedStateMachine):
         self.engine.retract(pick)
         self._tick()
 
+    @precondition(lambda self: self.engine.waiting and self.engine.free_rows)
     @rule(pick=st.integers(0, 7))
     def readmit(self, pick):
         self.engine.readmit(pick)
@@ -136,12 +159,14 @@ class EngineMachine(stateful.RuleBasedStateMachine):
         if restore:
             self.restore(pick)
 
+    @precondition(lambda self: self.engine.backups)
     @rule(pick=st.integers(0, 7))
     def restore(self, pick):
         self._run(self.engine.restore(pick))
         self._tick()
 
-    @rule(new_tokens=st.integers(1, engine_step_sizes()["new_tokens"]))
+    @precondition(lambda self: self.engine.free_rows and self.engine.free_pages)
+    @rule(new_tokens=st.integers(2, engine_step_sizes()["new_tokens"]))
     def receive(self, new_tokens):
         for step in self.engine.receive(new_tokens):
             self._run(step)
@@ -156,6 +181,7 @@ class EngineMachine(stateful.RuleBasedStateMachine):
     def sweep(self):
         self._run(self.engine.sweep())
 
+    @precondition(lambda self: self.engine.cache and self.engine.free_pages)
     @rule(pick=st.integers(0, 7))
     def relocate(self, pick):
         for step in self.engine.relocate(pick):
@@ -216,6 +242,7 @@ REQUIRED_SITUATIONS = (
     "plans reused by a replayed graph",
     "a retracted request readmitted",
     "a readmitted request matched a cached prefix",
+    "an insert rebound a row to the cache's pages",
     "drafts rejected and their pages freed",
     "forward EXTEND",
     "forward DECODE",
@@ -224,6 +251,7 @@ REQUIRED_SITUATIONS = (
     "forward IDLE replaying a graph",
     "forward TARGET_VERIFY",
     "a draft decode step",
+    "forward DRAFT_EXTEND_V2",
     "a cached prefix offloaded and reloaded into other slots",
     "a retracted request restored from its backup",
     "a request received from a prefill engine, page by page",

@@ -7,8 +7,9 @@ cache, and turns each step of a history into exactly the launches the engine mak
   beside it, whose rows keep the stale tail of a longer previous owner when they are reused;
 - a slot allocator handing out pages of ``page_size`` slots (page 0, and so slot 0, is the
   padding page and never handed out), with a reference count per page;
-- a prefix cache that keeps the page-aligned prefix of every finished request and lets a new
-  request share it;
+- a prefix cache that keeps the page-aligned prefix of every finished, retracted or inserted
+  request as a path of pages (a radix tree's, one entry a leaf's path) and lets a new request
+  share it;
 - an optional sliding window (``swa_window > 0``): every full slot has an SWA slot through the
   full-to-SWA table, in an SWA pool smaller than the full pool (``swa_slots``), and a position
   that leaves its request's window is evicted (its table entry set to 0, its SWA slot freed
@@ -25,9 +26,11 @@ lengths are stale, or replaying a CUDA graph, and a verify capacity that may ove
 all-padding graph step), :meth:`Engine.target_verify` (EAGLE's target verify, then accept and
 rollback), :meth:`Engine.draft_decode` (the draft model's multi-step draft),
 :meth:`Engine.finish` (the prefix goes to the cache, the row is freed), :meth:`Engine.retract`
-and :meth:`Engine.readmit`, :meth:`Engine.evict` (a cached prefix no one uses is dropped and
-its pages reallocated later) and :meth:`Engine.sweep` (a verify of every slot the cache
-holds). A forward step returns a :class:`Forward`: the scatter of the batch's token snapshots,
+and :meth:`Engine.readmit`, :meth:`Engine.admit_twin` (a request with a cached prefix's
+tokens that computes them again) and :meth:`Engine.insert` (a running request's prefix goes into
+the cache after its extend forward, its row rebound to the cache's pages where the cache holds
+the same tokens, its own duplicates freed), :meth:`Engine.evict` (a cached leaf no one uses
+loses its last page) and :meth:`Engine.sweep` (a verify of every slot the cache holds). A forward step returns a :class:`Forward`: the scatter of the batch's token snapshots,
 the plan kernel's arguments (SGLang's ``PlanInput``, per ``ForwardMode`` as
 ``srt/kv_canary/plan_input.py`` builds it: decode rows have the position as prefix and write one
 token; a target verify's rows have ``seq_lens`` as prefix and write the draft count), the
@@ -71,6 +74,7 @@ __all__ = [
     "FULL",
     "GROUPS",
     "KV_BYTES",
+    "ORACLE_MODES",
     "PREFILL",
     "STAGES",
     "SWA",
@@ -95,6 +99,11 @@ GROUPS = (FULL, SWA)
 #: The launches of a forward on each group's buffers, in order: ``HEAD`` (before the forward,
 #: no real-KV sources) and ``TAIL`` (after it, the group's KV pool as source).
 STAGES = ("HEAD", "TAIL")
+#: The forward modes whose write takes its expected inputs from the token oracle (the others,
+#: every extend mode, take the input ids themselves), as SGLang's
+#: ``token_oracle/oracle_manager.py`` fills them: ``ForwardMode.is_extend()`` leaves
+#: ``DRAFT_EXTEND_V2`` out.
+ORACLE_MODES = ("DECODE", "IDLE", "DRAFT_EXTEND_V2")
 #: The engine a step of a PD transfer runs on when it is not the engine that made it: its
 #: prefill engine (:attr:`Engine.peer`), which has buffers of its own.
 PREFILL = "prefill"
@@ -393,14 +402,20 @@ class Engine:
         #: (``(request, position kept)`` once made)
         self.accept_fault: bool = False
         self.accept_fault_made: tuple[int, int, int] | None = None  # request, position, step
+        #: a fault of the rollback after a target verify: the next one that frees a rejected
+        #: draft's page frees it while the request goes on naming it (``(request, page)`` once
+        #: made)
+        self.rollback_fault: bool = False
+        self.rollback_fault_made: tuple[int, int] | None = None
         #: how often each situation the suite counts came about (``strategies.engine`` names)
         self.events: Counter[str] = Counter()
         self.steps = 0
         self.log: list[str] = []
         #: the step of each request's last forward
         self.last_run: dict[int, int] = {}
-        #: the ``ForwardMode`` that wrote each ``(request, position)`` last
+        #: the ``ForwardMode`` that wrote each ``(request, position)`` last, and the step
         self.written_by: dict[tuple[int, int], str] = {}
+        self.written_at: dict[tuple[int, int], int] = {}
         self._drafting: dict[int, tuple[list, list, int]] = {}  # a target verify's drafts
         self._draft: dict[int, int] = {}  # a draft decode's token per request
         self._overflow = False  # whether this step's verify plans overflow
@@ -637,6 +652,38 @@ class Engine:
             self.last_written = []
         return forwards
 
+    def draft_extend(self, tokens: int) -> Forward | None:
+        """The draft model's draft extend after a target verify (``DRAFT_EXTEND_V2``; its canary
+        has the EAGLE offset 1): every decoding request has had ``tokens - 1`` more tokens
+        accepted by the target model, and writes the draft model's KV of all ``tokens`` positions
+        past what it wrote, one count for the batch (SGLang's ``num_tokens_per_req``); the
+        plan's prefix is ``seq_lens - extend``, ``seq_lens`` counting the new positions
+        (``plan_input.py``), and the write's expected inputs are the token oracle's
+        (:data:`ORACLE_MODES`), its input assert on, as ``single_forward_manager/manager.py``
+        leaves it for any draft mode but a decode. A request without room for the tokens takes
+        no part (None: no request has room)."""
+        c = self.config
+        if not c.offset or tokens < 1:
+            return None
+        # a request without room for the tokens is at its end: it takes no part
+        rows = [
+            (r, tokens)
+            for r, _ in self._decode_rows()
+            if r.written + tokens <= c.context_len
+            and len(r.tokens) + tokens - 1 <= c.context_len + c.offset
+        ]
+        if not rows:
+            return None
+        for req, _ in rows:  # the target's accepted tokens, known before the draft extend
+            more = self._fresh(tokens - 1)
+            req.tokens += more
+            req.truth += more
+        forward = self._forward("draft_extend", rows, pad=0, mode="DRAFT_EXTEND_V2")
+        for req, _ in rows:  # a row that waited (no pages): its tokens are a prompt's now
+            if self.pending(req) > 1:
+                req.decoding = False
+        return forward
+
     def mixed(self, chunk: int) -> Forward | None:
         """A mixed batch (``MIXED``, SGLang's mixed chunked prefill): the prompt rows of
         :meth:`prefill` and the decode rows of :meth:`decode` in one extend batch."""
@@ -792,7 +839,7 @@ class Engine:
             need = (req.written + e + c.page_size - 1) // c.page_size - len(req.pages)
             if e <= 0:
                 continue
-            pages = self._alloc_pages(max(0, need), exclude=set(req.pages))
+            pages = self._alloc_pages(max(0, need), exclude=self._named_pages(req))
             if pages is None:
                 continue
             req.pages += pages
@@ -808,6 +855,12 @@ class Engine:
                 seeds[g] |= seed
             batch.append((req, e))
         return batch
+
+    def _named_pages(self, req: _Request) -> set[int]:
+        """The pages ``req`` holds and those its page table names for the positions it wrote
+        (the same unless a fault made them differ)."""
+        p = self.config.page_size
+        return set(req.pages) | {int(s) // p for s in self.req_to_token[req.row, : req.written]}
 
     def _writes_and_seed(self, req: _Request, e: int, group: str) -> tuple[set[int], set[int]]:
         """The canary slots of ``group`` a row writes and the slot its write seeds from (none
@@ -859,11 +912,12 @@ class Engine:
                 else:
                     token = drafted[0][i] if drafted else req.tokens[pos + c.offset]
                 ids.append(token)
-                oracle = mode in ("DECODE", "IDLE") and req.rid not in self._draft
+                oracle = mode in ORACLE_MODES and req.rid not in self._draft
                 expected.append(req.truth[pos + c.offset] if oracle else token)
                 positions.append(pos)
                 slots.append(full)
                 self.written_by[(req.rid, pos)] = mode if oracle or mode != "DECODE" else "DRAFT"
+                self.written_at[(req.rid, pos)] = self.steps
         return [np.asarray(x, dtype=np.int64) for x in (ids, positions, slots, expected)]
 
     @staticmethod
@@ -953,7 +1007,7 @@ class Engine:
             self.last_written += [(req.rid, pos) for pos in range(req.written, req.written + e)]
             req.written += e
             if drafted is not None:
-                self._free_past(req, req.written)
+                self._free_past(req, req.written, rollback=True)
             if self.pending(req) == 0 and len(req.tokens) < c.context_len + c.offset:
                 token = self._fresh(1)[0]
                 req.tokens.append(token)
@@ -1000,13 +1054,21 @@ class Engine:
         self.events["drafts rejected and their pages freed"] += int(kept < len(ids) - 1)
         return kept + 1
 
-    def _free_past(self, req: _Request, written: int) -> None:
+    def _free_past(self, req: _Request, written: int, rollback: bool = False) -> None:
         """Free the pages of ``req`` past the one holding position ``written - 1`` (the
         rejected drafts' pages, page by page; ``req_to_token`` keeps naming them, past what the
         request wrote, as SGLang's table does)."""
         keep = -(-written // self.config.page_size)
         for page in req.pages[keep:]:
             self._release(page, cache=False)
+        if rollback and self.rollback_fault and keep < len(req.pages):
+            # the fault: the first freed page stays the request's, first in line for others
+            self.rollback_fault = False
+            page = req.pages[keep]
+            self.rollback_fault_made = (req.rid, page)
+            self.free_pages.remove(page)
+            self.free_pages.insert(0, page)
+            keep += 1
         del req.pages[keep:]
 
     def finish(self, pick: int) -> int | None:
@@ -1030,11 +1092,21 @@ class Engine:
         """Put the page-aligned prefix ``req`` wrote into the prefix cache; its length."""
         c = self.config
         k = req.written // c.page_size * c.page_size
-        if k:
-            pages = tuple(req.pages[: k // c.page_size])
-            for page in pages:
-                self.cache_refs[page] += 1
-            self.cache.append(_CacheEntry(tuple(req.tokens[: k + c.offset]), pages, k))
+        if not k:
+            return k
+        pages = tuple(req.pages[: k // c.page_size])
+        tokens = tuple(req.tokens[: k + c.offset])
+        for entry in self.cache:  # a path the cache holds already: a radix insert extends it
+            if entry.pages[: len(pages)] == pages:
+                return k
+            if pages[: len(entry.pages)] == entry.pages:
+                for page in pages[len(entry.pages) :]:
+                    self.cache_refs[page] += 1
+                entry.pages, entry.tokens, entry.length = pages, tokens, k
+                return k
+        for page in pages:
+            self.cache_refs[page] += 1
+        self.cache.append(_CacheEntry(tokens, pages, k))
         return k
 
     def retract(self, pick: int) -> int | None:
@@ -1098,6 +1170,109 @@ class Engine:
             self.req_to_token[req.row, pos] = self.full_slot(req, pos)
         req.written = best_k
         return best_k
+
+    def admit_twin(
+        self, pick: int, new_tokens: int = 1, pages: int = 0, entry: _CacheEntry | None = None
+    ) -> int | None:
+        """A new request whose prompt starts with the tokens of a cached prefix (its first
+        ``pages`` pages; 0: all that fit) and ends in ``new_tokens`` fresh tokens, all of them
+        computed again: a request admitted before another with the same prompt prefix had
+        inserted it into the cache, as two requests with one system prompt arriving together.
+        Its :meth:`insert` finds the prefix in the cache and rebinds it (``entry``: that cached
+        prefix, not one ``pick`` chooses)."""
+        c = self.config
+        p = c.page_size
+        if entry is None:
+            entry = pick_from([e for e in self.cache if e.length >= p], pick)
+        if entry is None or not self.free_rows or new_tokens < 1:
+            return None
+        n = min(pages or len(entry.pages), len(entry.pages), (c.context_len - new_tokens - c.offset) // p)
+        if n < 1:
+            return None
+        rid = self.admit(new_tokens)
+        assert rid is not None
+        req = self.running[rid]
+        req.tokens = list(entry.tokens[: n * p + c.offset]) + req.tokens[-new_tokens:]
+        req.truth = list(req.tokens)
+        self.log[-1] = (
+            f"admit(twin of a cached prefix, {n * p} + {new_tokens}): request {rid}, row {req.row}"
+        )
+        return rid
+
+    def insertable(self) -> list:
+        """The running requests that have written a page, by request id."""
+        p = self.config.page_size
+        return [r for r in sorted(self.running.values(), key=lambda r: r.rid) if r.written >= p]
+
+    def insert(self, pick: int, rid: int | None = None) -> int | None:
+        """A running request's page-aligned written prefix goes into the prefix cache, as
+        SGLang's scheduler inserts every request an extend forward ran, chunked or not
+        (``cache_unfinished_req`` of ``mem_cache/radix_cache.py``): where the cache holds a
+        prefix of the same tokens in other pages, the request's row is rebound to the cache's
+        pages and its own duplicate pages freed (``rid``: that request, not one ``pick``
+        chooses). The positions inserted, or None."""
+        able = self.insertable()
+        req = pick_from(able, pick) if rid is None else next((r for r in able if r.rid == rid), None)
+        if req is None:
+            return None
+        entry, rebound = self.rebind(req)
+        k = self._cache_prefix(req)
+        self.log.append(f"insert: request {req.rid}, {k} positions, {len(rebound)} pages rebound")
+        return k
+
+    def tree_match(self, req: _Request, entry: _CacheEntry | None = None) -> tuple:
+        """The cached prefix (``entry``, or the longest of all) with the longest page-aligned
+        run of ``req``'s written tokens, whose slots in ``req``'s window have their SWA slots:
+        ``(entry, positions)``, ``(None, 0)`` for none. (The model rebinds no position of the
+        window whose SWA slot the cache lost; what SGLang's SWA radix cache does then is not
+        modelled.)"""
+        c = self.config
+        best, best_m = None, 0
+        k = req.written // c.page_size * c.page_size
+        for e in self.cache if entry is None else [entry]:
+            m = min(e.length, k)
+            while m > 0 and (
+                tuple(req.tokens[: m + c.offset]) != e.tokens[: m + c.offset]
+                or not self._window_ok(e, range(self.window_start(req.written), m))
+            ):
+                m -= c.page_size
+            if m > best_m:
+                best, best_m = e, m
+        return best, best_m
+
+    def _window_ok(self, entry: _CacheEntry, positions: range) -> bool:
+        if self.lut is None:
+            return True
+        full = self.cached_full_slots(entry)
+        return all(self.lut[full[pos]] for pos in positions)
+
+    def rebind(
+        self, req: _Request, entry: _CacheEntry | None = None, *, fault: str = ""
+    ) -> tuple[_CacheEntry | None, list[tuple[int, int]]]:
+        """Rebind ``req``'s row to the pages of the cached prefix :meth:`tree_match` finds, where
+        its own pages hold the same tokens: each such page of the request is replaced by the
+        cache's (the row's page table names the cache's slots) and freed, a duplicate.
+        ``fault`` makes it wrong (:mod:`strategies.faults`): ``"off_by_one"`` names, for each
+        rebound page, the cache's next page; ``"unbound"`` frees the duplicates but leaves the
+        table naming them. ``(entry, [(page index, duplicate freed)])``."""
+        c = self.config
+        p = c.page_size
+        entry, m = self.tree_match(req, entry)
+        if entry is None:
+            return None, []
+        rebound = [(i, req.pages[i]) for i in range(m // p) if req.pages[i] != entry.pages[i]]
+        for i, old in rebound:
+            self.req_refs[entry.pages[i]] += 1
+            req.pages[i] = entry.pages[i]
+            self._release(old, cache=False)  # the duplicate
+            named = entry.pages[i + 1] if fault == "off_by_one" else entry.pages[i]
+            if fault != "unbound":
+                self.req_to_token[req.row, i * p : (i + 1) * p] = self._page_slots(named)
+        if rebound:
+            self.events["an insert rebound a row to the cache's pages"] += 1
+            moved = {(req.rid, i * p + j) for i, _ in rebound for j in range(p)}
+            self.last_written = [e for e in self.last_written if e not in moved]
+        return entry, rebound
 
     def evictable(self) -> list:
         """``(entry, page index)`` of each cached prefix's last page that no running request

@@ -13,7 +13,8 @@ writes each buffer group's ``HEAD`` buffer (no real-KV source) and ``TAIL`` buff
 KV pool), and a sweep verifies the tail buffer under ``SWEEP`` (:mod:`strategies.engine`).
 
 :data:`FAULTS` is the registry: SGLang's five self-test perturbations
-(``sglang/srt/kv_canary/perturb/``), then two allocator bugs, two of the forward's KV store, one
+(``sglang/srt/kv_canary/perturb/``), then two allocator bugs, three of the prefix cache (a
+locked page evicted, a rebind one page off, a duplicate freed while named), two of the forward's KV store, one
 of the forward's positions and one of speculative decoding's accept. The engine histories of the suite
 (``conformance/test_engine.py``), the settle (``conformance.engine_support.inject_and_settle``)
 and the detection table (``tools/detection_table.py``) read it; a new class is one more object
@@ -86,18 +87,22 @@ class Fault:
     steps: tuple = ()
     #: a move's ``(source slot, destination slot)`` of each position, in order
     moved: tuple = ()
+    #: the full-pool slot whose KV ``flip`` changes (in the ``SWA`` group: the slot that maps
+    #: to the flipped SWA slot when the fault is made)
+    full_slot: int = -1
 
 
 @dataclass(frozen=True)
 class Due:
     """A report a fault must cause: a ring row stamped with one of ``tags`` (empty: any launch)
-    naming ``slot`` (-1: any of the fault's ``slots``) whose bits hold ``bits`` (-1 slot: any
-    of them; ``exact``: are exactly ``bits``)."""
+    naming ``slot`` (-1: any of the fault's ``slots``) whose bits hold ``bits`` (-1 slot or
+    ``any_of``: any of them; ``exact``: are exactly ``bits``)."""
 
     slot: int
     bits: int
     exact: bool = False
     tags: frozenset = frozenset()
+    any_of: bool = False  # whose bits hold any of ``bits``
 
 
 #: What a fault must cause, judged when it is made: ``(reports, silent)``: every :class:`Due`
@@ -128,6 +133,13 @@ class FaultClass:
     #: offset) has a place for it
     settle_mode = "DECODE"
     target_model_only = False
+    #: whether it hands a page a request still names to another request: under a window the
+    #: first request's ``SWA`` verify may then read, through the page's new SWA slots, records
+    #: the new owner has not written yet (stale memory, with any reason bits, ``REAL_KV``
+    #: among them)
+    frees_pages_in_use = False
+    #: the share of the detection table's histories with a place for it (at least)
+    place_share = 3 / 4
 
     def why_never(self, hash_mode: int, forward_mode: str = "DECODE") -> str:
         """Why the class is never reported in ``hash_mode`` with the settle's decodes in
@@ -184,7 +196,9 @@ class _KvByte(FaultClass):
             return None
         group, slot, where = place
         what = f"{self.name}: byte {byte} of {group} slot {slot} ({where})"
-        return Fault(self.name, (group, slot, byte), frozenset({slot}), (), what, group)
+        full = slot if group == FULL else int(np.flatnonzero(engine.lut == slot)[0])
+        return Fault(self.name, (group, slot, byte), frozenset({slot}), (), what, group,
+                     full_slot=full)  # fmt: skip
 
     def due(self, engine, fault, buffers):
         assert fault.flip is not None
@@ -196,8 +210,10 @@ class _KvByte(FaultClass):
     def due_after_settle(self, engine, fault):
         assert fault.flip is not None
         group, slot, _ = fault.flip
-        if group == SWA and slot not in engine.lut:
-            return None  # the slot left the window before a verify could see it
+        if group == SWA and engine.lut[fault.full_slot] != slot:
+            # the slot left the window (or the SWA pool took it under pressure) before a verify
+            # could see it, and another position's write may have taken it since
+            return None
         return []
 
 
@@ -376,6 +392,7 @@ class FreedWhileReferenced(_TableFault):
     group, whose window may have left the page, nor when the first owner never runs again
     in the settle (in a mixed batch the new owner's writes race it, and it waits)."""
 
+    frees_pages_in_use = True
     name = "freed_while_referenced"
     description = "a page in use is freed and handed to another request"
 
@@ -415,6 +432,7 @@ class LockedNodeEvicted(FaultClass):
     ``TAIL`` verifies of a holder; nothing is promised when no other request wrote the page or
     no holder ran again."""
 
+    frees_pages_in_use = True
     name = "locked_node_evicted"
     description = "the prefix cache evicts a page running requests hold"
 
@@ -455,16 +473,125 @@ class LockedNodeEvicted(FaultClass):
 
     def due_after_settle(self, engine, fault):
         holders = {rid for rid, _ in fault.entries}
-        p = engine.config.page_size
-        page = min(fault.slots) // p
-        ran = [
-            rid
-            for rid in holders
-            if rid in engine.running and engine.last_run.get(rid, -1) > fault.made_at
-        ]
-        written = any(page in r.pages and r.rid not in holders for r in engine.running.values())
-        if not ran or not written:
-            return None  # no holder ran again, or no other request took the page
+        page = min(fault.slots) // engine.config.page_size
+        if not ran_after_another_wrote(engine, {page}, holders, fault.made_at):
+            return None  # no other request wrote the page before a holder ran again
+        bits = CHAIN | POSITION | TOKEN
+        return [Due(-1, bits, tags=tags(FULL, stage)) for stage in ("HEAD", "TAIL")]
+
+
+class _Rebind(_TableFault):
+    """A radix insert that rebinds wrongly: a request admitted with the tokens of a cached
+    prefix's first ``n`` pages, computed again (:meth:`strategies.engine.Engine.admit_twin`),
+    prefills them and one token more (its own step) and is inserted
+    (:meth:`strategies.engine.Engine.rebind` with :attr:`fault`): its first ``n`` pages are
+    duplicates of the cache's. ``n`` is the fewest pages whose positions in the request's window
+    then still have their SWA slots (the model rebinds only where they do:
+    :meth:`strategies.engine.Engine.tree_match`)."""
+
+    fault = ""
+    spare_pages = 0  # cached pages the fault needs past the ``n`` rebound
+
+    def make(self, engine, pick, byte):
+        c = engine.config
+        p = c.page_size
+        if engine._prompt_rows(1) or not engine.free_rows:
+            return None  # the twin's prefill is to run alone, and in full
+        places = []
+        for entry in engine.cache:
+            for n in range(1, len(entry.pages) - self.spare_pages + 1):
+                if n * p + 2 > c.context_len:  # the twin writes n pages and a token, and runs on
+                    break
+                if engine._window_ok(entry, range(engine.window_start(n * p + 1), n * p)):
+                    places.append((entry, n))
+                    break
+        place = pick_from(places, pick)
+        if place is None:
+            return None
+        entry, n = place
+        rid = engine.admit_twin(0, 1, pages=n, entry=entry)
+        if rid is None:
+            return None
+        step = engine.prefill(n * p + 1)
+        if step is None:  # no room: the twin waits, nothing ran
+            return None
+        req = engine.running[rid]
+        assert req.written == n * p + 1, engine.describe()
+        # the prefill's SWA slots may have taken some of the window's from the cache (SWA
+        # pressure): the insert then rebinds fewer pages, or none
+        own = req.pages[: engine.tree_match(req, entry)[1] // p]
+        _, rebound = engine.rebind(req, entry, fault=self.fault)
+        assert rebound == list(enumerate(own)), (rebound, own)
+        engine._cache_prefix(req)
+        if not own:
+            what = f"{self.name}: nothing rebound (the SWA pool took the window's slots)"
+            return Fault(self.name, None, frozenset(), (), what, steps=(step,))
+        return self.made(engine, req, own, entry, step)
+
+    def due(self, engine, fault, buffers):
+        if not fault.slots:
+            return None  # nothing was rebound
+        return super().due(engine, fault, buffers)
+
+    def made(self, engine: Engine, req, own: list, entry, step) -> Fault:
+        raise NotImplementedError
+
+
+class RebindOffByOnePage(_Rebind):
+    """The insert rebinds the request's row to the cache's pages one page off: each rebound
+    page names the cache's next page (positions a page later), whose records are other
+    positions'. Reported at the first position's slot now named, like ``req_to_token``, with
+    ``POSITION`` always (the record's position is a page later)."""
+
+    name = "rebind_off_by_one_page"
+    description = "a radix insert rebinds a row to the cache's pages one page off"
+    fault = "off_by_one"
+    spare_pages = 1
+    place_share = 1 / 2  # a cached prefix of two pages at least, and room for the twin
+
+    def made(self, engine, req, own, entry, step):
+        n = len(own)
+        what = (
+            f"{self.name}: request {req.rid} (row {req.row}) pages {list(entry.pages[:n])} "
+            f"rebound as {list(entry.pages[1 : n + 1])} (its own pages {own} freed)"
+        )
+        slots = frozenset(s for page in entry.pages[1 : n + 1] for s in engine._page_slots(page))
+        return Fault(self.name, None, slots, ((req.rid, 0),), what, steps=(step,))
+
+
+class DuplicateFreedWhileNamed(_Rebind):
+    """The insert frees the request's duplicate pages but leaves its row naming them: the
+    pages go back to the allocator, first in line, and the next request to allocate writes
+    one. Reported at a slot of such a page, like ``freed_while_referenced``, by the ``FULL``
+    group's next ``HEAD`` and ``TAIL`` verifies of the request; nothing is promised when no
+    other request wrote one or the request did not run again."""
+
+    frees_pages_in_use = True
+    name = "duplicate_freed_while_named"
+    description = "a radix insert frees duplicate pages its row still names"
+    fault = "unbound"
+
+    def made(self, engine, req, own, entry, step):
+        for page in reversed(own):
+            assert page in engine.free_pages, engine.describe()
+            engine.free_pages.remove(page)
+            engine.free_pages.insert(0, page)  # the next allocations take them
+        what = (
+            f"{self.name}: request {req.rid} (row {req.row}) rebound to pages "
+            f"{list(entry.pages[: len(own)])}, its duplicate pages {own} freed while its row "
+            "names them"
+        )
+        slots = frozenset(s for page in own for s in engine._page_slots(page))
+        return Fault(self.name, None, slots, ((req.rid, 0),), what, steps=(step,))
+
+    def due(self, engine, fault, buffers):
+        return [], False
+
+    def due_after_settle(self, engine, fault):
+        ((rid, _),) = fault.entries
+        pages = {s // engine.config.page_size for s in fault.slots}
+        if not ran_after_another_wrote(engine, pages, {rid}, fault.made_at):
+            return None  # no other request wrote a page before the request ran again
         bits = CHAIN | POSITION | TOKEN
         return [Due(-1, bits, tags=tags(FULL, stage)) for stage in ("HEAD", "TAIL")]
 
@@ -705,6 +832,78 @@ class AcceptOffByOne(FaultClass):
         return [Due(slot, TOKEN, tags=tags(FULL, stage)) for stage in ("HEAD", "TAIL")]
 
 
+class RejectedDraftNamed(FaultClass):
+    """EAGLE's rollback frees a page of rejected drafts while the request goes on naming it: a
+    target verify (the fault's own step) rejects drafts so that a page holding only drafts is
+    freed, and the first such page goes back to the allocator, first in line, but stays the
+    request's, whose next positions are written there. The next request to allocate takes the
+    page, and the two write its slots in turn: reported at a slot both wrote, by the ``FULL``
+    group's next ``HEAD`` and ``TAIL`` verifies of the one that wrote it first, once it runs
+    after the other's write, with ``CHAIN``, ``POSITION`` or ``TOKEN``; nothing is promised when
+    no slot was written by both in that order. The target model's canary only (the draft
+    model's runs no target verify)."""
+
+    frees_pages_in_use = True
+    name = "rejected_draft_named"
+    description = "a rollback frees a rejected draft's page the request still names"
+    target_model_only = True
+    drafts = 3
+
+    def make(self, engine, pick, byte):
+        c = engine.config
+        p = c.page_size
+        rows = [r for r, _ in engine._decode_rows()]
+        if c.offset or not rows or any(r.written + self.drafts > c.context_len for r in rows):
+            return None
+        frees = []  # the accepts (``target_verify``'s) after which a row frees a page
+        for accept in range(self.drafts):
+            for i, r in enumerate(rows):
+                kept = r.written + (accept + i) % self.drafts + 1
+                held = max(len(r.pages), -(-(r.written + self.drafts) // p))
+                if -(-kept // p) < held:
+                    frees.append(accept)
+                    break
+        accept = pick_from(frees, pick)
+        if accept is None:
+            return None
+        engine.rollback_fault, engine.rollback_fault_made = True, None
+        step = engine.target_verify(self.drafts, accept)
+        if step is None:  # no room for the drafts' pages
+            engine.rollback_fault = False
+            return None
+        assert engine.rollback_fault_made is not None, engine.describe()
+        rid, page = engine.rollback_fault_made
+        what = (
+            f"{self.name}: the target verify's rollback frees request {rid}'s page {page} "
+            "of rejected drafts, which it still names"
+        )
+        slots = frozenset(engine._page_slots(page))
+        return Fault(self.name, None, slots, ((rid, 0),), what, steps=(step,))
+
+    def due(self, engine, fault, buffers):
+        return [], False
+
+    def due_after_settle(self, engine, fault):
+        rid, page = engine.rollback_fault_made
+        p = engine.config.page_size
+        writes: dict[int, list] = {}  # slot: (step, request) of each write of the page
+        for (who, pos), step in engine.written_at.items():
+            req = engine.running.get(who)
+            if req is not None and pos < req.written and req.pages[pos // p] == page:
+                writes.setdefault(page * p + pos % p, []).append((step, who))
+        dues = []
+        for slot, both in writes.items():
+            both.sort()
+            if len({who for _, who in both}) < 2 or rid not in {who for _, who in both}:
+                continue
+            (first_at, first), (second_at, _) = both[0], both[-1]
+            if first != both[-1][1] and engine.last_run.get(first, -1) > second_at:
+                dues += [Due(slot, CHAIN | POSITION | TOKEN, any_of=True, tags=tags(FULL, s))
+                         for s in ("HEAD", "TAIL")]  # fmt: skip
+                break
+        return dues or None
+
+
 # ---------------------------------------------------------------------------------------------
 # KV that moves without a forward
 
@@ -902,6 +1101,24 @@ class TransferPagesSwapped(_Transfer):
         return engine.receive(self.tokens(engine), swapped=pick)
 
 
+def ran_after_another_wrote(engine: Engine, pages: set, readers: set, since: int) -> bool:
+    """Whether a request of ``readers`` ran after a request not among them wrote a slot of
+    ``pages`` at a step after ``since`` (its verify then read what that write left)."""
+    p = engine.config.page_size
+    writes = [
+        step
+        for (who, pos), step in engine.written_at.items()
+        if step > since
+        and who not in readers
+        and who in engine.running
+        and pos < engine.running[who].written
+        and engine.running[who].pages[pos // p] in pages
+    ]
+    return bool(writes) and any(
+        rid in engine.running and engine.last_run.get(rid, -1) > min(writes) for rid in readers
+    )
+
+
 def verified_next(engine: Engine, group: str = FULL) -> list:
     """``(request, position)`` of every written position the next forward of its request
     verifies in ``group`` (the whole prefix in ``FULL``, the window it will have then in
@@ -930,7 +1147,7 @@ def page_heads(engine: Engine) -> list:
 REQ_TO_TOKEN = ReqToToken()
 #: Every fault class by name, in the order of the suite's parameters and the detection table:
 #: SGLang's five self-test perturbations, two allocator bugs, a cache that evicts a locked
-#: page, two bugs of the forward's KV
+#: page, two radix inserts that rebind wrongly, two bugs of the forward's KV
 #: store, a forward that moves positions, an off-by-one accept of speculative decoding, and four
 #: of KV that moves without a forward (HiCache's reload, a PD transfer).
 FAULTS: dict[str, FaultClass] = {
@@ -944,10 +1161,13 @@ FAULTS: dict[str, FaultClass] = {
         PageSwap(),
         FreedWhileReferenced(),
         LockedNodeEvicted(),
+        RebindOffByOnePage(),
+        DuplicateFreedWhileNamed(),
         MisdirectedStore(),
         DroppedStore(),
         PositionsMoved(),
         AcceptOffByOne(),
+        RejectedDraftNamed(),
         KvMovedWithoutRecords(),
         RecordsMovedWithoutKv(),
         TransferPageLeftOut(),

@@ -6,6 +6,7 @@ step can see them, and the same calls give the same arrays."""
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 
 import hypothesis.strategies as st
 import numpy as np
@@ -22,7 +23,7 @@ OPS = st.lists(
     st.tuples(
         st.sampled_from(
             ("admit", "prefill", "decode", "finish", "retract", "readmit", "evict", "sweep")
-            + ("relocate", "backup", "restore", "receive")
+            + ("relocate", "backup", "restore", "receive", "twin", "insert", "draft_extend")
         ),
         st.integers(0, 9),
         st.integers(0, 3),
@@ -44,6 +45,10 @@ def step(engine: Engine, op: str, a: int, b: int):
         return engine.evict()
     if op == "receive":
         return engine.receive(a + 1)
+    if op == "draft_extend":
+        return engine.draft_extend(b + 1)
+    if op == "twin":
+        return engine.admit_twin(a, b + 1)
     return getattr(engine, op)(a)
 
 
@@ -64,6 +69,13 @@ def check_invariants(engine: Engine) -> None:
                 assert owner.setdefault(full, req.rid) == req.rid, f"slot {full} owned twice"
     rows = [r.row for r in engine.running.values()]
     assert len(rows) == len(set(rows)) and not set(rows) & set(engine.free_rows)
+    # every reference is counted once: a request's pages, the cache's paths
+    held = Counter(page for r in engine.running.values() for page in r.pages)
+    cached = Counter(page for e in engine.cache for page in set(e.pages))
+    for page in range(c.num_pages):
+        assert engine.req_refs[page] == held[page], f"page {page}: request refs"
+        assert engine.cache_refs[page] == cached[page], f"page {page}: cache refs"
+        assert (page in engine.free_pages) == (not held[page] and not cached[page]) or page == 0
     if engine.lut is not None:
         mapped = engine.lut[engine.lut != 0]
         assert len(mapped) == len(set(mapped.tolist())), "an SWA slot mapped twice"
@@ -147,6 +159,69 @@ def test_every_fault_has_a_place_after_the_warm_up(kind):
     assert fault is not None and fault.kind == kind
     # a place: slots or entries, or the next forward (a fault of the forward itself)
     assert fault.slots or fault.entries or engine.positions_fault or engine.accept_fault
+
+
+def test_an_insert_rebinds_a_row_that_computed_a_cached_prefix_again():
+    """A request admitted with a cached prefix's tokens computes them again into pages of its
+    own; its insert rebinds its row to the cache's pages and frees its own (the duplicates),
+    and the canary stays silent over the rest of the history."""
+    config = EngineConfig(
+        page_size=2, num_pages=32, pool_rows=6, context_len=16, mode=RealKvHashMode.ALL, seed=9
+    )
+    engine = Engine(config)
+    oracle = OracleRun(engine)
+    warm_up(engine, oracle.forward_or_sweep)
+    entry = engine.cache[0]
+    rid = engine.admit_twin(0, 1, entry=entry)
+    oracle.forward_or_sweep(engine.prefill(16))
+    req = engine.running[rid]
+    own = list(req.pages[: len(entry.pages)])
+    assert not set(own) & set(entry.pages)
+    engine.insert(0, rid=rid)
+    assert req.pages[: len(entry.pages)] == list(entry.pages)
+    p = config.page_size
+    for pos in range(entry.length):
+        assert engine.req_to_token[req.row, pos] == entry.pages[pos // p] * p + pos % p
+    assert set(own) <= set(engine.free_pages), "the duplicates are freed"
+    assert engine.events["an insert rebound a row to the cache's pages"] == 1
+    check_invariants(engine)
+    settle(engine, oracle.forward_or_sweep)
+    check_invariants(engine)
+    assert oracle.silence_problem() == ""
+
+
+def test_a_draft_extend_expects_the_oracles_tokens_so_its_input_assert_can_fire():
+    """The draft model's draft extend (``DRAFT_EXTEND_V2``) writes the accepted tokens' positions
+    with the token oracle's expected inputs and the input assert on: silent over a correct
+    history, and a sampled token swapped before it is reported by each ``HEAD`` and ``TAIL``
+    write with ``WRITE_TOKEN``."""
+    config = EngineConfig(
+        page_size=2, num_pages=32, pool_rows=6, context_len=16, offset=1,
+        mode=RealKvHashMode.ALL, seed=3,
+    )  # fmt: skip
+    for swap in (False, True):
+        engine = Engine(config)
+        oracle = OracleRun(engine)
+        warm_up(engine, oracle.forward_or_sweep)
+        if swap:
+            assert faults.make(engine, "next_token_swap", 0) is not None
+        forward = engine.draft_extend(3)
+        assert forward is not None and forward.mode == "DRAFT_EXTEND_V2"
+        assert forward.write["enable_write_input_assert"]
+        rows = forward.plan["req_pool_indices"]
+        assert (forward.plan["extend_seq_lens"][rows != 0] == 3).all()
+        since = oracle.index
+        oracle.forward_or_sweep(forward)
+        reported = oracle.rows(since)
+        if not swap:
+            assert not len(reported)
+            continue
+        stamped = {
+            int(r[ViolationField.KERNEL_KIND])
+            for r in reported
+            if int(r[ViolationField.FAIL_REASON_BITS]) & int(FailReason.WRITE_TOKEN_MISMATCH)
+        }
+        assert stamped == set(tags(FULL, "HEAD", "TAIL")), stamped
 
 
 def test_a_fault_without_a_place_is_none():

@@ -1,6 +1,7 @@
 """conformance.sglang_runtime: SGLang's PlanInput equals the engine model's plan inputs in every
 forward mode, the stand-ins provide every field SGLang's code reads, a plan input off by one
-in any mode is caught, and a PD transfer over SGLang's spliced buffer list moves each page's
+in any mode is caught, SGLang's TokenOracleManager takes its expected inputs where the
+engine model does (the token oracle's or the input ids, per mode), and a PD transfer over SGLang's spliced buffer list moves each page's
 records with its KV (and, without the splice, does not)."""
 
 from __future__ import annotations
@@ -20,29 +21,41 @@ def test_sglang_plan_input_equals_the_engine_models_in_every_mode(capsys):
     out = capsys.readouterr().out
     for name in sr.REQUIRED:
         assert re.search(rf"  {re.escape(name)}: [1-9]\d* forwards equal", out), (name, out)
+    line = next(x for x in out.splitlines() if x.startswith("TokenOracleManager"))
+    assert line.endswith("forwards equal"), line
+    for mode in sr.ORACLE_MODES_REQUIRED:
+        assert re.search(rf"{mode} [1-9]", line), (mode, line)
 
 
-def _read_attributes(name: str) -> set[str]:
-    """The attributes SGLang's plan_input.py reads of a variable called ``name``."""
-    source = (sr.sglang_root() / "srt" / "kv_canary" / "plan_input.py").read_text()
-    return {
-        node.attr
-        for node in ast.walk(ast.parse(source))
-        if isinstance(node, ast.Attribute)
-        and isinstance(node.value, ast.Name)
-        and node.value.id == name
-    }
+def _read_attributes(name: str, module: str = "plan_input.py") -> set[str]:
+    """The attributes a module of SGLang's kv_canary reads of a variable called ``name`` (or of
+    ``forward_batch.<name>``)."""
+    source = (sr.sglang_root() / "srt" / "kv_canary" / module).read_text()
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Attribute):
+            continue
+        base = node.value
+        if isinstance(base, ast.Name) and base.id == name:
+            out.add(node.attr)
+        if isinstance(base, ast.Attribute) and base.attr == name:
+            out.add(node.attr)
+    return out
+
+
+ORACLE_MANAGER = "token_oracle/oracle_manager.py"
 
 
 def test_the_stand_ins_provide_every_field_sglang_reads():
-    read = _read_attributes("forward_batch")
-    assert read == set(sr.FORWARD_BATCH_FIELDS), read ^ set(sr.FORWARD_BATCH_FIELDS)
-    assert set(sr.FORWARD_BATCH_FIELDS) == {
+    plan = _read_attributes("forward_batch")
+    assert plan == set(sr.FORWARD_BATCH_FIELDS), plan ^ set(sr.FORWARD_BATCH_FIELDS)
+    oracle = _read_attributes("forward_batch", ORACLE_MANAGER) - plan
+    assert oracle == set(sr.ORACLE_FIELDS), oracle ^ set(sr.ORACLE_FIELDS)
+    assert set(sr.FORWARD_BATCH_FIELDS + sr.ORACLE_FIELDS) == {
         f.name for f in dataclasses.fields(sr.ForwardBatchStandIn)
     }
-    spec = _read_attributes("spec_info") - {"draft_token_num"}
-    assert {f.name for f in dataclasses.fields(sr.SpecInfoStandIn)} == {"draft_token_num"}
-    assert not spec, f"SGLang reads more of spec_info: {spec}"
+    spec = _read_attributes("spec_info") | _read_attributes("spec_info", ORACLE_MANAGER)
+    assert spec == {f.name for f in dataclasses.fields(sr.SpecInfoStandIn)}, spec
 
 
 def _one_of_each_mode() -> dict:
@@ -66,6 +79,17 @@ def test_a_plan_input_off_by_one_is_caught_in_every_mode(field):
         wrong = dataclasses.replace(forward, plan=plan)
         lines = sr.compare(wrong)
         assert lines, (name, field)
+
+
+@pytest.mark.parametrize("mode", ["DRAFT_EXTEND_V2", "DECODE", "EXTEND", "TARGET_VERIFY"])
+def test_expected_inputs_from_the_wrong_source_are_caught(monkeypatch, mode):
+    """The leg holds the engine model's choice of expected inputs (the token oracle's or the
+    input ids) to what SGLang's TokenOracleManager takes: the other choice in a mode fails."""
+    forward = _one_of_each_mode()[mode]
+    assert sr.expected_inputs(forward) == []
+    flipped = set(sr.ORACLE_MODES) ^ {mode}
+    monkeypatch.setattr(sr, "ORACLE_MODES", tuple(flipped))
+    assert sr.expected_inputs(forward), mode
 
 
 def test_a_pd_transfer_over_sglangs_splice_moves_each_pages_records_with_its_kv():

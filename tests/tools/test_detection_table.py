@@ -38,7 +38,7 @@ def test_every_class_has_a_place_in_most_histories(results):
     """Most histories have a place for each class (a class only the target model's canary has
     is placed in the histories without the EAGLE offset, half of them)."""
     for key, trials in results.items():
-        share = 3 / 8 if FAULTS[key[0]].target_model_only else 3 / 4
+        share = FAULTS[key[0]].place_share / (2 if FAULTS[key[0]].target_model_only else 1)
         assert sum(t is not None for t in trials) >= int(dt.TRIALS * share), key
 
 
@@ -70,10 +70,14 @@ def test_a_kv_byte_is_reported_exactly_where_the_mode_reads_it(results):
 
 def test_no_mode_reads_kv_for_the_other_classes(results):
     """Only a class that changes KV bytes, or moves KV without a forward (which may leave a
-    record and its KV apart), is ever reported with ``REAL_KV``."""
+    record and its KV apart), is ever reported with ``REAL_KV``; or, under a window, one that
+    hands a page in use to another request (the ``SWA`` verify may read a record not written
+    yet: stale memory)."""
     for kind in set(FAULT_KINDS) - set(KV_FAULTS) - set(MOVE_FAULTS):
         for mode in RealKvHashMode:
-            for t in results[kind, mode]:
+            for i, t in enumerate(results[kind, mode]):
+                if FAULTS[kind].frees_pages_in_use and dt.trial_config(kind, mode, i).swa_window:
+                    continue
                 assert t is None or not t[1] & REAL_KV, (kind, mode, t)
 
 
