@@ -10,10 +10,15 @@ code, unmodified and on the CPU, on a stand-in ``ForwardBatch`` made of each for
 :data:`HISTORIES` engine histories, and requires SGLang's ``PlanInput`` to equal the engine
 model's plan inputs, row by row: in every mode the model has (``EXTEND``, ``DECODE``, a decode
 replaying a CUDA graph with its padding rows, ``MIXED``, ``IDLE``, ``TARGET_VERIFY``, the draft
-model's multi-step draft decode, a PD transfer's prefill on the prefill engine). It prints how
-many forwards of each mode it compared, and fails when a mode was never reached.
+model's multi-step draft decode and its ``DRAFT_EXTEND_V2``, a PD transfer's prefill on the
+prefill engine). It runs SGLang's ``TokenOracleManager.fill_expected_inputs``
+(``token_oracle/oracle_manager.py``) on the same stand-in with SGLang's ``HashOracle``, and
+requires its expected inputs to come from where the engine model's come from: the oracle's
+tokens in the modes of ``strategies.engine.ORACLE_MODES``, the input ids in the others. It
+prints how many forwards of each mode it compared, and fails when a mode was never reached.
 
-What runs of SGLang: ``plan_input.PlanInput`` (it imports torch alone), and ``ForwardMode``,
+What runs of SGLang: ``plan_input.PlanInput`` (it imports torch alone), ``TokenOracleManager``
+and ``HashOracle`` with ``ExpectedInputs`` (torch alone too), and ``ForwardMode``,
 executed from its own source in ``model_executor/forward_batch_info.py`` (whose module needs
 SGLang's serving stack), both from the installed ``sglang`` wheel (``pip install --no-deps
 sglang==X``; every release from 0.5.13 has them). What stands in for the rest of SGLang:
@@ -25,8 +30,11 @@ sglang==X``; every release from 0.5.13 has them). What stands in for the rest of
   length, before its drafts), ``extend_prefix_lens`` (the first position each row writes) and
   ``extend_seq_lens`` (the tokens each row writes) in the extend modes, ``req_pool_indices``,
   ``req_all_ids_lens`` (each row's known tokens) and ``spec_info``;
-- :class:`SpecInfoStandIn` for EAGLE's verify input (``draft_token_num``, the tokens each row of
-  a target verify writes).
+- :class:`SpecInfoStandIn` for EAGLE's verify and draft inputs (``draft_token_num``, the tokens
+  each row of a target verify writes; ``num_tokens_per_req``, those of a draft extend);
+- ``input_ids`` (the forward's), ``rids_int`` (a request's pool row as its id) and
+  ``bootstrap_room_ids_int`` (None: no PD bootstrap room), which the token oracle manager
+  reads (:data:`ORACLE_FIELDS`).
 
 It also runs SGLang's ``pool_patcher/buf_info_splice.py`` (``splice_kv_buf_info``, its patch
 of a pool's ``get_contiguous_buf_infos``) on SGLang's own ``CanaryBufferGroup`` and a two-layer
@@ -265,7 +273,9 @@ def forward_batch(forward: Forward) -> ForwardBatchStandIn | None:
         positions=_tensor(positions),
         seq_lens=_tensor(seq_lens),
         # a replayed draft extend passes no prefix lengths (``plan_input.py``)
-        extend_prefix_lens=_tensor(starts) if extend and forward.mode != "DRAFT_EXTEND_V2" else None,
+        extend_prefix_lens=_tensor(starts)
+        if extend and forward.mode != "DRAFT_EXTEND_V2"
+        else None,
         extend_seq_lens=_tensor(counts) if extend else None,
         req_all_ids_lens=_tensor(plan["req_to_verify_expected_tokens_valid_lens"]),
         spec_info=spec,

@@ -25,6 +25,7 @@ lengths are stale, or replaying a CUDA graph, and a verify capacity that may ove
 :meth:`Engine.mixed` (a mixed batch: prompt chunks and decode rows), :meth:`Engine.idle` (an
 all-padding graph step), :meth:`Engine.target_verify` (EAGLE's target verify, then accept and
 rollback), :meth:`Engine.draft_decode` (the draft model's multi-step draft),
+:meth:`Engine.draft_extend` (its draft extend after a target verify, ``DRAFT_EXTEND_V2``),
 :meth:`Engine.finish` (the prefix goes to the cache, the row is freed), :meth:`Engine.retract`
 and :meth:`Engine.readmit`, :meth:`Engine.admit_twin` (a request with a cached prefix's
 tokens that computes them again) and :meth:`Engine.insert` (a running request's prefix goes into
@@ -1186,7 +1187,11 @@ class Engine:
             entry = pick_from([e for e in self.cache if e.length >= p], pick)
         if entry is None or not self.free_rows or new_tokens < 1:
             return None
-        n = min(pages or len(entry.pages), len(entry.pages), (c.context_len - new_tokens - c.offset) // p)
+        n = min(
+            pages or len(entry.pages),
+            len(entry.pages),
+            (c.context_len - new_tokens - c.offset) // p,
+        )
         if n < 1:
             return None
         rid = self.admit(new_tokens)
@@ -1212,7 +1217,9 @@ class Engine:
         pages and its own duplicate pages freed (``rid``: that request, not one ``pick``
         chooses). The positions inserted, or None."""
         able = self.insertable()
-        req = pick_from(able, pick) if rid is None else next((r for r in able if r.rid == rid), None)
+        req = (
+            pick_from(able, pick) if rid is None else next((r for r in able if r.rid == rid), None)
+        )
         if req is None:
             return None
         entry, rebound = self.rebind(req)

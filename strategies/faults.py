@@ -894,10 +894,11 @@ class RejectedDraftNamed(FaultClass):
         dues = []
         for slot, both in writes.items():
             both.sort()
-            if len({who for _, who in both}) < 2 or rid not in {who for _, who in both}:
+            first = both[0][1]  # the request that wrote the slot first
+            others = [step for step, who in both if who != first]
+            if rid not in {who for _, who in both} or not others:
                 continue
-            (first_at, first), (second_at, _) = both[0], both[-1]
-            if first != both[-1][1] and engine.last_run.get(first, -1) > second_at:
+            if engine.last_run.get(first, -1) > min(others):  # it ran after the other's write
                 dues += [Due(slot, CHAIN | POSITION | TOKEN, any_of=True, tags=tags(FULL, s))
                          for s in ("HEAD", "TAIL")]  # fmt: skip
                 break

@@ -90,8 +90,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
-import importlib.util
 import importlib.machinery
+import importlib.util
 import os
 import sys
 import types
