@@ -36,6 +36,13 @@ sglang==X``; every release from 0.5.13 has them). What stands in for the rest of
   ``bootstrap_room_ids_int`` (None: no PD bootstrap room), which the token oracle manager
   reads (:data:`ORACLE_FIELDS`).
 
+At each cache sweep of a history it runs SGLang's ``sweep_plan_builder.py``
+(``build_verify_plan_radix_sweep``) over the engine model's walk of its cache and requires its
+plan to equal the model's sweep in each group (:func:`compare_sweep`), with
+:class:`RadixCacheStandIn` for ``mem_cache.unified_radix_cache.UnifiedRadixCache``
+(``req_to_token_pool`` and the walk) and :func:`_walk` for ``radix_cache_walker.py``'s
+``walk_radix_cache_for_canary`` (whose module needs SGLang's memory-cache stack).
+
 It also runs SGLang's ``pool_patcher/buf_info_splice.py`` (``splice_kv_buf_info``, its patch
 of a pool's ``get_contiguous_buf_infos``) on SGLang's own ``CanaryBufferGroup`` and a two-layer
 MHA pool's buffer list, and copies pages over the spliced ``(ptr, len, item_len)`` lists as a
@@ -238,6 +245,75 @@ def transfer(*, splice: bool, page_size: int = 4, pages: int = 6, seed: int = 0)
     return lines
 
 
+@dataclass(frozen=True)
+class RadixCacheStandIn:
+    """Stands for SGLang's ``UnifiedRadixCache`` as its sweep reads it: ``req_to_token_pool``
+    (whose ``req_to_token`` gives the device) and the walk of the tree that
+    ``radix_cache_walker.walk_radix_cache_for_canary`` returns (``slot_indices``,
+    ``positions``, ``prev_slot_indices``: every slot the tree holds, in full-pool slots, the
+    anchor -1), here the engine model's cached prefixes."""
+
+    req_to_token_pool: types.SimpleNamespace
+    walk: types.SimpleNamespace
+
+
+def _walk(*, radix_cache: RadixCacheStandIn, unlocked_only: bool = False, **_) -> object:
+    """Stands for ``radix_cache_walker.walk_radix_cache_for_canary`` (whose module needs SGLang's
+    memory-cache stack): the stand-in tree's walk."""
+    assert not unlocked_only  # the sweep walks every slot the tree holds
+    return radix_cache.walk
+
+
+@functools.cache
+def sweep_builder() -> types.ModuleType:
+    """SGLang's ``sweep_plan_builder`` (unmodified), with the tree walker stood in for."""
+    splice_modules()  # the kernels' module (``VerifyPlan``) and the runtime's packages
+    name = "sglang.srt.kv_canary.radix_cache_walker"
+    walker = types.ModuleType(name)
+    walker.walk_radix_cache_for_canary = _walk  # type: ignore[attr-defined]
+    sys.modules[name] = walker
+    return importlib.import_module("sglang.srt.kv_canary.sweep_plan_builder")
+
+
+def compare_sweep(engine: Engine, sweep) -> list[str]:
+    """SGLang's ``build_verify_plan_radix_sweep`` over the engine model's cache walk (its
+    ``FULL`` group's entries), per buffer group, against the engine model's sweep: the
+    differing entries as lines. What is compared is SGLang's assembly of the plan and its
+    translation of the walk into the ``SWA`` group's slots (evicted slots 0, the anchor kept);
+    the walk itself is the stand-in's."""
+    full = sweep.group("FULL")
+    cache = RadixCacheStandIn(
+        req_to_token_pool=types.SimpleNamespace(req_to_token=_tensor(engine.req_to_token)),
+        walk=types.SimpleNamespace(
+            slot_indices=_tensor(full.slots),
+            positions=_tensor(full.positions),
+            prev_slot_indices=_tensor(full.prev_slots),
+        ),
+    )
+    lines = []
+    for group in sweep.groups:
+        window = engine.config.swa_window if group.group == "SWA" else 0
+        lut = None if engine.lut is None or group.group == "FULL" else _tensor(engine.lut)
+        plan = sweep_builder().build_verify_plan_radix_sweep(
+            radix_cache=cache, swa_window_size=window, full_to_swa_index_mapping=lut
+        )
+        n = int(plan.verify_num_valid.reshape(-1)[0])
+        if n != group.slots.shape[0] or int(plan.enable.reshape(-1)[0]) != 1:
+            lines.append(f"{group.group}: {n} entries enabled={int(plan.enable.reshape(-1)[0])}")
+            continue
+        for theirs, ours in (
+            ("verify_slot_indices", group.slots),
+            ("verify_expected_positions", group.positions),
+            ("verify_prev_slot_indices", group.prev_slots),
+        ):
+            got = getattr(plan, theirs)[:n].numpy()
+            for i in np.flatnonzero(got != ours)[:4]:
+                lines.append(
+                    f"{group.group} {theirs}[{i}]: SGLang {int(got[i])}, the engine model {int(ours[i])}"
+                )
+    return lines
+
+
 def _tensor(values) -> torch.Tensor:
     return torch.from_numpy(np.asarray(values, dtype=np.int64).copy())
 
@@ -357,8 +433,9 @@ def config(index: int) -> EngineConfig:
     )  # fmt: skip
 
 
-def history(index: int, steps: int = 40) -> list[Forward]:
-    """The forwards of one engine history: random scheduler events and every forward mode."""
+def history(index: int, steps: int = 40, on_sweep=None) -> list[Forward]:
+    """The forwards of one engine history: random scheduler events and every forward mode;
+    ``on_sweep(engine, sweep)`` is called at each cache sweep, with the engine as it is then."""
     engine = Engine(config(index))
     rng = np.random.default_rng(index)
     out: list[Forward] = []
@@ -373,7 +450,7 @@ def history(index: int, steps: int = 40) -> list[Forward]:
     for _ in range(steps):
         op = rng.choice(
             ("admit", "prefill", "decode", "graph", "mixed", "idle", "verify", "draft", "draftext")
-            + ("finish", "retract", "readmit", "receive", "relocate", "twin")
+            + ("finish", "retract", "readmit", "receive", "relocate", "twin", "sweep")
         )
         pick = int(rng.integers(0, 8))
         if op == "admit":
@@ -400,6 +477,10 @@ def history(index: int, steps: int = 40) -> list[Forward]:
             keep(engine.target_verify(2 + pick % 3, pick))
         elif op == "draft":
             keep(engine.draft_decode(3))
+        elif op == "sweep":
+            sweep = engine.sweep()
+            if sweep is not None and on_sweep is not None:
+                on_sweep(engine, sweep)
         elif op == "draftext":
             keep(engine.draft_extend(1 + pick % 3))
         else:
@@ -448,8 +529,16 @@ def main(argv: list[str] | None = None) -> int:
     oracle_counts: Counter[str] = Counter()  # forwards whose expected inputs were compared
     skipped = 0
     problems = []
+    sweeps: Counter[str] = Counter()
+
+    def swept(engine: Engine, sweep) -> None:
+        lines = compare_sweep(engine, sweep)
+        sweeps["with a window" if engine.lut is not None else "without a window"] += 1
+        if lines:
+            problems.append(f"history {index}, sweep: " + "; ".join(lines))
+
     for index in range(options.histories):
-        for step, forward in enumerate(history(index)):
+        for step, forward in enumerate(history(index, on_sweep=swept)):
             lines = compare(forward)
             if lines is None:
                 skipped += 1
@@ -484,7 +573,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         + (" forwards equal" if not problems else "")
     )
+    print(
+        "build_verify_plan_radix_sweep against the engine model's sweep: "
+        + ", ".join(f"{sweeps[k]} {k}" for k in ("without a window", "with a window"))
+        + (" equal" if not problems else "")
+    )
     missing = [name for name in REQUIRED if not counts[name]]
+    missing += [f"a sweep {k}" for k in ("without a window", "with a window") if not sweeps[k]]
     missing += [f"expected inputs of {m}" for m in ORACLE_MODES_REQUIRED if not oracle_counts[m]]
     for line in problems[:20]:
         print(f"DIFFERS: {line}")

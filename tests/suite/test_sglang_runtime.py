@@ -7,6 +7,7 @@ records with its KV (and, without the splice, does not)."""
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
 import re
 
@@ -90,6 +91,42 @@ def test_expected_inputs_from_the_wrong_source_are_caught(monkeypatch, mode):
     flipped = set(sr.ORACLE_MODES) ^ {mode}
     monkeypatch.setattr(sr, "ORACLE_MODES", tuple(flipped))
     assert sr.expected_inputs(forward), mode
+
+
+def test_the_tree_stand_in_provides_what_sglangs_sweep_reads():
+    module = "sweep_plan_builder.py"
+    assert _read_attributes("radix_cache", module) == {"req_to_token_pool"}
+    assert _read_attributes("walk_result", module) == {
+        "slot_indices", "positions", "prev_slot_indices"
+    }  # fmt: skip
+    assert {f.name for f in dataclasses.fields(sr.RadixCacheStandIn)} == {
+        "req_to_token_pool", "walk"
+    }  # fmt: skip
+
+
+def _a_sweep(window: bool):
+    for index in range(sr.HISTORIES):
+        found = []
+        # the engine as it is at the sweep (its SWA table changes after)
+        sr.history(index, on_sweep=lambda e, sweep: found.append((copy.deepcopy(e), sweep)))
+        for engine, sweep in found:
+            if (engine.lut is not None) == window:
+                return engine, sweep
+    raise AssertionError("no sweep")
+
+
+@pytest.mark.parametrize("field", ["slots", "positions", "prev_slots"])
+def test_an_swa_sweep_entry_off_by_one_is_caught(field):
+    """SGLang's sweep plans over the engine model's cache walk equal the model's sweep in both
+    groups (without a window too), and an entry of the SWA group off by one in any field is
+    caught (the FULL group's plan is the walk itself, which the stand-in supplies)."""
+    assert sr.compare_sweep(*_a_sweep(False)) == []
+    engine, sweep = _a_sweep(True)
+    assert sr.compare_sweep(engine, sweep) == []
+    group = sweep.group("SWA")
+    wrong = dataclasses.replace(group, **{field: getattr(group, field) + 1})
+    groups = tuple(wrong if g is group else g for g in sweep.groups)
+    assert sr.compare_sweep(engine, dataclasses.replace(sweep, groups=groups)), field
 
 
 def test_a_pd_transfer_over_sglangs_splice_moves_each_pages_records_with_its_kv():
