@@ -105,13 +105,16 @@ def test_the_tree_stand_in_provides_what_sglangs_sweep_reads():
 
 
 def _a_sweep(window: bool):
+    found: list = []
+
+    def keep(engine, sweep):  # the engine as it is at the sweep (its SWA table changes after)
+        if (engine.lut is not None) == window:
+            found.append((copy.deepcopy(engine), sweep))
+
     for index in range(sr.HISTORIES):
-        found = []
-        # the engine as it is at the sweep (its SWA table changes after)
-        sr.history(index, on_sweep=lambda e, sweep: found.append((copy.deepcopy(e), sweep)))
-        for engine, sweep in found:
-            if (engine.lut is not None) == window:
-                return engine, sweep
+        sr.history(index, on_sweep=keep)
+        if found:
+            return found[0]
     raise AssertionError("no sweep")
 
 
