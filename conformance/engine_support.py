@@ -289,20 +289,23 @@ def inject_and_settle(
     run,
     flip=None,
     mode: str = "DECODE",
+    made: Fault | None = None,
 ):
     """Make a fault of class ``kind`` (``flip(group, slot, byte)`` changes the
     implementation's KV too), run its own steps (a faulty move) and :data:`SETTLE` through
     ``run``, and judge the reports by what the class predicts
     (:mod:`strategies.faults`): ``(fault, problems, first)`` with ``first`` the number of steps
     after the fault until the first report (None: none), or None when the engine has no place
-    for the fault or too few free pages (or SWA slots) to settle."""
+    for the fault or too few free pages (or SWA slots) to settle. ``made``: a fault of the
+    class already made in ``engine`` by other code (SGLang's own perturbation), judged the
+    same way."""
     room = 2 * len(engine.running) + 1  # pages the settle may take
     if not engine.free_rows or len(engine.free_pages) < room:
         return None
     if engine.spare_swa_slots() < room * engine.config.page_size:
         return None
     since = oracle.index
-    fault = faults.make(engine, kind, pick, byte)
+    fault = faults.make(engine, kind, pick, byte) if made is None else made
     if fault is None:
         return None
     cls = faults.FAULTS[kind]

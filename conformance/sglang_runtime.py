@@ -43,6 +43,13 @@ plan to equal the model's sweep in each group (:func:`compare_sweep`), with
 (``req_to_token_pool`` and the walk) and :func:`_walk` for ``radix_cache_walker.py``'s
 ``walk_radix_cache_for_canary`` (whose module needs SGLang's memory-cache stack).
 
+It runs SGLang's ``req_to_token`` perturbation (``perturb/req_to_token.py``, unmodified, with
+its slot picker, config and warm-up gate; probability 1, no warm-up) on the engine model after a
+warm-up, through :class:`PerturbBatchStandIn` (the ``ForwardBatch`` of the decode about to run)
+and the engine's own page table as SGLang's ``ReqToTokenPool.req_to_token``, and judges the
+entry it changes as the ``req_to_token`` fault class predicts, on the reference, over the
+settle (:func:`perturbation_trial`). SGLang's four other perturbations are not run here.
+
 It also runs SGLang's ``pool_patcher/buf_info_splice.py`` (``splice_kv_buf_info``, its patch
 of a pool's ``get_contiguous_buf_infos``) on SGLang's own ``CanaryBufferGroup`` and a two-layer
 MHA pool's buffer list, and copies pages over the spliced ``(ptr, len, item_len)`` lists as a
@@ -58,6 +65,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import enum
 import functools
 import importlib
@@ -312,6 +320,103 @@ def compare_sweep(engine: Engine, sweep) -> list[str]:
                     f"{group.group} {theirs}[{i}]: SGLang {int(got[i])}, the engine model {int(ours[i])}"
                 )
     return lines
+
+
+@dataclass(frozen=True)
+class PerturbBatchStandIn:
+    """Stands for the ``ForwardBatch`` SGLang's perturbations read (``perturb/slot_picker.py``):
+    the rows of the decode about to run, their lengths with the new token, the slots it writes
+    (``out_cache_loc``) and the count of its tokens that are not padding (None: all of them;
+    ``global_num_token_non_padded_cpu`` from 0.5.21, ``num_token_non_padded_cpu`` before)."""
+
+    req_pool_indices: torch.Tensor
+    seq_lens: torch.Tensor
+    out_cache_loc: torch.Tensor
+    global_num_token_non_padded_cpu: int | None = None
+    num_token_non_padded_cpu: int | None = None
+
+
+@functools.cache
+def perturb_modules() -> types.SimpleNamespace:
+    """SGLang's ``perturb`` package: its ``req_to_token`` perturbation, config and utilities."""
+    splice_modules()
+    name = "sglang.srt.kv_canary.perturb"
+    if name not in sys.modules:
+        spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        spec.submodule_search_locations = [str(sglang_root().joinpath(*name.split(".")[1:]))]
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+    return types.SimpleNamespace(
+        req_to_token=importlib.import_module(f"{name}.req_to_token"),
+        config=importlib.import_module(f"{name}.config"),
+        utils=importlib.import_module(f"{name}.utils"),
+    )
+
+
+def perturbation_trial(index: int) -> tuple[str, list[str]]:
+    """SGLang's ``req_to_token`` perturbation (``perturb/req_to_token.py``, unmodified, with
+    probability 1 and no warm-up) on the engine model after its warm-up, the batch it reads
+    being the next decode's (``model_runner.py`` passes the forward's own batch as
+    ``maybe_inaccurate_forward_batch``, before its launches): the entry it changes is judged
+    as the ``req_to_token`` fault class predicts, on the reference, over the settle.
+    ``(outcome, problems)``: ``reported``, ``harmless`` (the records are equal), ``not a
+    running request's`` (no running request reads the entry: no report may come),
+    ``unchanged`` or ``no room to settle``."""
+    from conformance.engine_support import OracleRun, inject_and_settle, warm_up
+    from strategies import faults
+
+    mods = perturb_modules()
+    engine = Engine(dataclasses.replace(config(index), offset=0, seed=9100 + index))
+    oracle = OracleRun(engine)
+    run = oracle.forward_or_sweep
+    warm_up(engine, run)
+    # the decode batch about to run, as SGLang's model runner hands it to the perturbation
+    # before the forward's launches: its rows, their lengths with the new token, and the slots
+    # it writes (where their pages are allocated already)
+    rows = [r for r, _ in engine._decode_rows()]
+    p = engine.config.page_size
+    ready = [r.written // p < len(r.pages) for r in rows]  # the new token's page allocated
+    writes = [engine.full_slot(r, r.written) for r, ok in zip(rows, ready, strict=True) if ok]
+    stand_in = PerturbBatchStandIn(
+        req_pool_indices=_tensor([r.row for r in rows]),
+        # a row whose new token has no page yet: SGLang's entry would name its new slot, which
+        # the perturbation leaves out with out_cache_loc; the model's names none yet
+        seq_lens=_tensor([r.written + ok for r, ok in zip(rows, ready, strict=True)]),
+        out_cache_loc=_tensor(writes),
+    )
+    cfg = mods.config.PerturbConfig(
+        req_to_token_prob=1.0, real_kv_used_prob=0.0, real_kv_unused_cache_prob=0.0,
+        real_kv_post_forward_prob=0.0, target_group_kind=None, warmup_steps=0,
+    )  # fmt: skip
+    gate = mods.utils.WarmupGate(config=cfg, outer_step_counter_getter=lambda: 1)
+    before = engine.req_to_token.copy()
+    torch.manual_seed(index)
+    mods.req_to_token.run(
+        maybe_inaccurate_forward_batch=stand_in, config=cfg, warmup_gate=gate,
+        req_to_token_pool=types.SimpleNamespace(req_to_token=torch.from_numpy(engine.req_to_token)),
+    )  # fmt: skip
+    changed = np.argwhere(engine.req_to_token != before)
+    if not len(changed):
+        return "unchanged", []
+    (row, pos), *_ = changed.tolist()
+    new = int(engine.req_to_token[row, pos])
+    owner = next((r for r in engine.running.values() if r.row == row), None)
+    what = f"SGLang's req_to_token perturbation: row {row} position {pos} names slot {new}"
+    if owner is None or pos >= owner.written:
+        fault = faults.Fault("req_to_token", None, frozenset({new}), (), what)
+        outcome = "not a running request's"
+    else:
+        fault = faults.Fault("req_to_token", None, frozenset({new}), ((owner.rid, pos),), what)
+        outcome = ""
+    engine.log.append(f"FAULT {what}")
+    made = inject_and_settle(engine, oracle, "req_to_token", 0, 0, run, made=fault)
+    if made is None:
+        return "no room to settle", []
+    _, problems, first = made
+    if outcome:  # no running request reads the entry: nothing may be reported
+        if first is not None:
+            problems = problems + [f"{what}: reported, but no running request reads it"]
+        return outcome, problems
+    return ("reported" if first is not None else "harmless"), problems
 
 
 def _tensor(values) -> torch.Tensor:
@@ -578,9 +683,21 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"{sweeps[k]} {k}" for k in ("without a window", "with a window"))
         + (" equal" if not problems else "")
     )
+    outcomes: Counter[str] = Counter()
+    for index in range(options.histories):
+        outcome, lines = perturbation_trial(index)
+        outcomes[outcome] += 1
+        problems += [f"history {index}, SGLang's req_to_token perturbation: {x}" for x in lines]
+    print(
+        "perturb/req_to_token.py on the engine model, judged as the req_to_token class predicts: "
+        + ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
+        + ("" if problems else " (every prediction met)")
+    )
     missing = [name for name in REQUIRED if not counts[name]]
     missing += [f"a sweep {k}" for k in ("without a window", "with a window") if not sweeps[k]]
     missing += [f"expected inputs of {m}" for m in ORACLE_MODES_REQUIRED if not oracle_counts[m]]
+    if not outcomes["reported"]:
+        missing.append("a req_to_token perturbation reported")
     for line in problems[:20]:
         print(f"DIFFERS: {line}")
     if missing:

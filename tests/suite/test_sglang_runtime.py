@@ -132,6 +132,26 @@ def test_an_swa_sweep_entry_off_by_one_is_caught(field):
     assert sr.compare_sweep(engine, dataclasses.replace(sweep, groups=groups)), field
 
 
+def test_the_perturbation_stand_in_provides_what_sglangs_perturbation_reads():
+    read = set()
+    for module in ("slot_picker.py", "req_to_token.py", "utils.py"):
+        read |= _read_attributes("maybe_inaccurate_forward_batch", f"perturb/{module}")
+    fields = {f.name for f in dataclasses.fields(sr.PerturbBatchStandIn)}
+    assert read and read <= fields, read - fields
+
+
+def test_sglangs_req_to_token_perturbation_is_judged_by_the_class(monkeypatch):
+    """SGLang's own perturbation, made on the engine model, is reported where the req_to_token
+    class predicts; a prediction at a slot no report names fails the trial."""
+    assert sr.perturbation_trial(0) == ("reported", [])
+    from strategies import faults
+
+    cls = faults.FAULTS["req_to_token"]
+    monkeypatch.setattr(cls, "due", lambda engine, fault, buffers: ([faults.Due(10**6, 1)], False))
+    outcome, problems = sr.perturbation_trial(0)
+    assert outcome == "reported" and problems, problems
+
+
 def test_a_pd_transfer_over_sglangs_splice_moves_each_pages_records_with_its_kv():
     assert sr.transfer(splice=True) == []
     lost = sr.transfer(splice=False)  # the KV layers alone
