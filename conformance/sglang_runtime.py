@@ -48,7 +48,11 @@ its slot picker, config and warm-up gate; probability 1, no warm-up) on the engi
 warm-up, through :class:`PerturbBatchStandIn` (the ``ForwardBatch`` of the decode about to run)
 and the engine's own page table as SGLang's ``ReqToTokenPool.req_to_token``, and judges the
 entry it changes as the ``req_to_token`` fault class predicts, on the reference, over the
-settle (:func:`perturbation_trial`). SGLang's four other perturbations are not run here.
+settle (:func:`perturbation_trial`); and SGLang's ``real_kv_used`` and ``real_kv_post_forward``
+perturbations the same way, with SGLang's own ``CanaryBufferGroup`` and ``RealKvSource`` over
+copies of the reference's KV pools (:func:`kv_perturbation_trial`). Not run here:
+``real_kv_unused_cache`` (it walks SGLang's radix tree) and ``next_token_swap`` (a sampler
+hook).
 
 It also runs SGLang's ``pool_patcher/buf_info_splice.py`` (``splice_kv_buf_info``, its patch
 of a pool's ``get_contiguous_buf_infos``) on SGLang's own ``CanaryBufferGroup`` and a two-layer
@@ -71,6 +75,7 @@ import functools
 import importlib
 import importlib.machinery
 import importlib.util
+import random
 import sys
 import types
 from collections import Counter
@@ -345,11 +350,141 @@ def perturb_modules() -> types.SimpleNamespace:
         spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
         spec.submodule_search_locations = [str(sglang_root().joinpath(*name.split(".")[1:]))]
         sys.modules[name] = importlib.util.module_from_spec(spec)
+    from conformance.adapters import sglang as adapter
+
     return types.SimpleNamespace(
         req_to_token=importlib.import_module(f"{name}.req_to_token"),
+        kv_used=importlib.import_module(f"{name}.real_kv_used"),
+        kv_post_forward=importlib.import_module(f"{name}.real_kv_post_forward"),
         config=importlib.import_module(f"{name}.config"),
         utils=importlib.import_module(f"{name}.utils"),
+        RealKvSource=adapter._module("verify").RealKvSource,
     )
+
+
+def _perturb_config(mods, **probabilities) -> object:
+    """SGLang's ``PerturbConfig``: the named perturbations at probability 1, the others 0, no
+    warm-up (``target_group_kind``: the group a KV perturbation flips a byte in)."""
+    fields = {
+        "req_to_token_prob": 0.0, "real_kv_used_prob": 0.0, "real_kv_unused_cache_prob": 0.0,
+        "real_kv_post_forward_prob": 0.0, "target_group_kind": None, "warmup_steps": 0,
+    }  # fmt: skip
+    fields.update(probabilities)
+    return mods.config.PerturbConfig(**fields)
+
+
+def _decode_batch(engine: Engine) -> PerturbBatchStandIn:
+    """The ``ForwardBatch`` of the decode about to run, as the perturbations read it; the page
+    table names each new token's slot already, as SGLang's scheduler writes it before the
+    forward (the engine model writes it with the forward's write: the same value)."""
+    rows = [r for r, _ in engine._decode_rows()]
+    p = engine.config.page_size
+    ready = [r.written // p < len(r.pages) for r in rows]  # the new token's page allocated
+    writes = [engine.full_slot(r, r.written) for r, ok in zip(rows, ready, strict=True) if ok]
+    for r, ok in zip(rows, ready, strict=True):
+        if ok:
+            engine.req_to_token[r.row, r.written] = engine.full_slot(r, r.written)
+    return PerturbBatchStandIn(
+        req_pool_indices=_tensor([r.row for r in rows]),
+        # a row whose new token has no page yet: SGLang's entry would name its new slot, which
+        # the perturbation leaves out with out_cache_loc; the model's names none yet
+        seq_lens=_tensor([r.written + ok for r, ok in zip(rows, ready, strict=True)]),
+        out_cache_loc=_tensor(writes),
+    )
+
+
+#: The KV perturbations the leg runs: the engine model's fault class of each, SGLang's module
+#: and the probability field that switches it on.
+KV_PERTURBATIONS = {
+    "kv_used": ("kv_used", "real_kv_used_prob"),
+    "kv_post_forward": ("kv_post_forward", "real_kv_post_forward_prob"),
+}
+
+
+def kv_perturbation_trial(kind: str, index: int) -> tuple[str, list[str]]:
+    """SGLang's KV perturbation of class ``kind`` (:data:`KV_PERTURBATIONS`:
+    ``perturb/real_kv_used.py`` before a decode, over the decode's batch;
+    ``perturb/real_kv_post_forward.py`` after a decode, over its batch), unmodified, on the
+    engine model after a warm-up, its buffer groups SGLang's ``CanaryBufferGroup`` over copies
+    of the reference's KV pools (one ``RealKvSource`` of 32 bytes a slot each): the byte it flips
+    is flipped in the reference's pool and judged as the class predicts over the settle.
+    ``(outcome, problems)``: ``reported``, ``not reported`` (the class promised nothing: the
+    mode reads no flipped byte, or the slot left the window), ``unchanged`` or ``no room to
+    settle``."""
+    from conformance.engine_support import OracleRun, inject_and_settle, warm_up
+    from strategies import faults
+
+    mods = perturb_modules()
+    module, prob = KV_PERTURBATIONS[kind]
+    base = dataclasses.replace(config(index), offset=0, seed=9300 + index, mode=index % 3)
+    engine = Engine(base)
+    oracle = OracleRun(engine)
+    warm_up(engine, oracle.forward_or_sweep)
+    c = engine.config
+    target = "SWA" if c.swa_window and index % 2 else "FULL"
+    if kind == "kv_post_forward":  # after a decode: its batch
+        forward = engine.decode(0)
+        if forward is None:
+            return "no room to settle", []
+        oracle.forward_or_sweep(forward)
+        full = forward.group("FULL")
+        batch = PerturbBatchStandIn(
+            req_pool_indices=_tensor(forward.plan["req_pool_indices"]),
+            seq_lens=_tensor(np.asarray(forward.write["positions"]) + 1),
+            out_cache_loc=torch.from_numpy(full.out_cache_loc.copy()),
+        )
+    else:
+        batch = _decode_batch(engine)
+    bg = splice_modules().buffer_group
+    copies = {g: torch.from_numpy(oracle.kv(g).copy()) for g in c.groups}
+    groups = tuple(
+        bg.CanaryBufferGroup(
+            kind=bg.PoolKind[g],
+            **{n: torch.zeros(1, dtype=torch.uint8) for n in ("k_head", "k_tail", "v_head", "v_tail")},
+            real_kv_sources_k=(mods.RealKvSource(
+                tensor=copies[g], page_size=1, num_bytes_per_token=32, read_bytes=32,
+            ),),
+            real_kv_sources_v=(),
+            swa_index_lut=None if g == "FULL" else _tensor(engine.lut),
+            kv_token_id_vs_position_offset=0,
+        )
+        for g in c.groups
+    )  # fmt: skip
+    cfg = _perturb_config(
+        mods, **{prob: 1.0}, target_group_kind=mods.config.TargetGroupKind[target]
+    )
+    gate = mods.utils.WarmupGate(config=cfg, outer_step_counter_getter=lambda: 1)
+    torch.manual_seed(index)
+    random.seed(index)
+    arguments = dict(maybe_inaccurate_forward_batch=batch, config=cfg, buffer_groups=groups,
+                     warmup_gate=gate)  # fmt: skip
+    if kind == "kv_used":
+        arguments.update(
+            req_to_token_pool=types.SimpleNamespace(
+                req_to_token=torch.from_numpy(engine.req_to_token.copy())
+            ),
+            swa_window_size=c.swa_window,
+        )
+    getattr(mods, module).run(**arguments)
+    flipped = [
+        (g, int(slot), int(byte))
+        for g in c.groups
+        for slot, byte in np.argwhere(copies[g].numpy() != oracle.kv(g))
+    ]
+    if not flipped:
+        return "unchanged", []
+    assert len(flipped) == 1, flipped
+    group, slot, byte = flipped[0]
+    full_slot = slot if group == "FULL" else int(np.flatnonzero(engine.lut == slot)[0])
+    what = f"SGLang's {module} perturbation: byte {byte} of {group} slot {slot}"
+    fault = faults.Fault(kind, (group, slot, byte), frozenset({slot}), (), what, group,
+                         full_slot=full_slot)  # fmt: skip
+    engine.log.append(f"FAULT {what}")
+    made = inject_and_settle(engine, oracle, kind, 0, 0, oracle.forward_or_sweep, made=fault)
+    if made is None:
+        return "no room to settle", []
+    _, problems, first = made
+    return ("reported" if first is not None else "not reported"), problems
 
 
 def perturbation_trial(index: int) -> tuple[str, list[str]]:
@@ -370,23 +505,9 @@ def perturbation_trial(index: int) -> tuple[str, list[str]]:
     run = oracle.forward_or_sweep
     warm_up(engine, run)
     # the decode batch about to run, as SGLang's model runner hands it to the perturbation
-    # before the forward's launches: its rows, their lengths with the new token, and the slots
-    # it writes (where their pages are allocated already)
-    rows = [r for r, _ in engine._decode_rows()]
-    p = engine.config.page_size
-    ready = [r.written // p < len(r.pages) for r in rows]  # the new token's page allocated
-    writes = [engine.full_slot(r, r.written) for r, ok in zip(rows, ready, strict=True) if ok]
-    stand_in = PerturbBatchStandIn(
-        req_pool_indices=_tensor([r.row for r in rows]),
-        # a row whose new token has no page yet: SGLang's entry would name its new slot, which
-        # the perturbation leaves out with out_cache_loc; the model's names none yet
-        seq_lens=_tensor([r.written + ok for r, ok in zip(rows, ready, strict=True)]),
-        out_cache_loc=_tensor(writes),
-    )
-    cfg = mods.config.PerturbConfig(
-        req_to_token_prob=1.0, real_kv_used_prob=0.0, real_kv_unused_cache_prob=0.0,
-        real_kv_post_forward_prob=0.0, target_group_kind=None, warmup_steps=0,
-    )  # fmt: skip
+    # before the forward's launches
+    stand_in = _decode_batch(engine)
+    cfg = _perturb_config(mods, req_to_token_prob=1.0)
     gate = mods.utils.WarmupGate(config=cfg, outer_step_counter_getter=lambda: 1)
     before = engine.req_to_token.copy()
     torch.manual_seed(index)
@@ -683,21 +804,25 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"{sweeps[k]} {k}" for k in ("without a window", "with a window"))
         + (" equal" if not problems else "")
     )
-    outcomes: Counter[str] = Counter()
-    for index in range(options.histories):
-        outcome, lines = perturbation_trial(index)
-        outcomes[outcome] += 1
-        problems += [f"history {index}, SGLang's req_to_token perturbation: {x}" for x in lines]
-    print(
-        "perturb/req_to_token.py on the engine model, judged as the req_to_token class predicts: "
-        + ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
-        + ("" if problems else " (every prediction met)")
-    )
+    perturbed: dict[str, Counter[str]] = {}
+    for kind in ("req_to_token", *KV_PERTURBATIONS):
+        outcomes = perturbed[kind] = Counter()
+        for index in range(options.histories):
+            if kind == "req_to_token":
+                outcome, lines = perturbation_trial(index)
+            else:
+                outcome, lines = kv_perturbation_trial(kind, index)
+            outcomes[outcome] += 1
+            problems += [f"history {index}, SGLang's {kind} perturbation: {x}" for x in lines]
+        print(
+            f"SGLang's {kind} perturbation on the engine model, judged as the class predicts: "
+            + ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
+            + ("" if problems else " (every prediction met)")
+        )
     missing = [name for name in REQUIRED if not counts[name]]
     missing += [f"a sweep {k}" for k in ("without a window", "with a window") if not sweeps[k]]
     missing += [f"expected inputs of {m}" for m in ORACLE_MODES_REQUIRED if not oracle_counts[m]]
-    if not outcomes["reported"]:
-        missing.append("a req_to_token perturbation reported")
+    missing += [f"a {k} perturbation reported" for k, o in perturbed.items() if not o["reported"]]
     for line in problems[:20]:
         print(f"DIFFERS: {line}")
     if missing:

@@ -152,6 +152,21 @@ def test_sglangs_req_to_token_perturbation_is_judged_by_the_class(monkeypatch):
     assert outcome == "reported" and problems, problems
 
 
+@pytest.mark.parametrize("kind", sorted(sr.KV_PERTURBATIONS))
+def test_sglangs_kv_perturbations_are_judged_by_their_class(monkeypatch, kind):
+    """SGLang's real_kv_used and real_kv_post_forward perturbations, made by its own code on
+    copies of the reference's KV pools, flip the byte their class predicts is reported (history
+    1: mode PARTIAL, which reads byte 0); a prediction at a slot no report names fails."""
+    assert sr.kv_perturbation_trial(kind, 1) == ("reported", [])
+    from strategies import faults
+
+    monkeypatch.setattr(
+        faults.FAULTS[kind], "due", lambda engine, fault, buffers: ([faults.Due(10**6, 4)], False)
+    )
+    outcome, problems = sr.kv_perturbation_trial(kind, 1)
+    assert problems, outcome
+
+
 def test_a_pd_transfer_over_sglangs_splice_moves_each_pages_records_with_its_kv():
     assert sr.transfer(splice=True) == []
     lost = sr.transfer(splice=False)  # the KV layers alone
