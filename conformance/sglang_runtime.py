@@ -162,16 +162,22 @@ def sglang_root() -> Path:
     return upstream.sglang_root()
 
 
+def _package(name: str) -> None:
+    """Register ``name`` (a package of the installed ``sglang``) as a bare package pointing at
+    its folder, without running its ``__init__``, unless it is registered already."""
+    if name not in sys.modules:
+        spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        spec.submodule_search_locations = [str(sglang_root().joinpath(*name.split(".")[1:]))]
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+
+
 @functools.cache
 def runtime() -> types.SimpleNamespace:
     """SGLang's ``plan_input`` module and ``ForwardMode``, from the installed wheel, without
     its serving stack (bare parent packages point at the installed folders)."""
     root = sglang_root()
     for name in ("sglang", "sglang.srt", "sglang.srt.kv_canary"):
-        if name not in sys.modules:
-            spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
-            spec.submodule_search_locations = [str(root.joinpath(*name.split(".")[1:]))]
-            sys.modules[name] = importlib.util.module_from_spec(spec)
+        _package(name)
     source = (root / "srt" / "model_executor" / "forward_batch_info.py").read_text()
     tree = ast.parse(source)
     node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ForwardMode")
@@ -189,11 +195,7 @@ def splice_modules() -> types.SimpleNamespace:
 
     runtime.cache_clear()  # the adapter registered the packages afresh
     runtime()
-    for name in ("sglang.srt.kv_canary.pool_patcher",):
-        if name not in sys.modules:
-            spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
-            spec.submodule_search_locations = [str(sglang_root().joinpath(*name.split(".")[1:]))]
-            sys.modules[name] = importlib.util.module_from_spec(spec)
+    _package("sglang.srt.kv_canary.pool_patcher")
     return types.SimpleNamespace(
         buffer_group=importlib.import_module("sglang.srt.kv_canary.buffer_group"),
         splice=importlib.import_module("sglang.srt.kv_canary.pool_patcher.buf_info_splice"),
@@ -346,10 +348,7 @@ def perturb_modules() -> types.SimpleNamespace:
     """SGLang's ``perturb`` package: its ``req_to_token`` perturbation, config and utilities."""
     splice_modules()
     name = "sglang.srt.kv_canary.perturb"
-    if name not in sys.modules:
-        spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
-        spec.submodule_search_locations = [str(sglang_root().joinpath(*name.split(".")[1:]))]
-        sys.modules[name] = importlib.util.module_from_spec(spec)
+    _package(name)
     from conformance.adapters import sglang as adapter
 
     return types.SimpleNamespace(
@@ -618,11 +617,7 @@ def expected_inputs(forward: Forward) -> list[str] | None:
 def oracle_modules() -> types.SimpleNamespace:
     """SGLang's ``token_oracle`` (its manager and oracle) and ``expected_inputs`` modules."""
     runtime()
-    name = "sglang.srt.kv_canary.token_oracle"
-    if name not in sys.modules:
-        spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
-        spec.submodule_search_locations = [str(sglang_root().joinpath(*name.split(".")[1:]))]
-        sys.modules[name] = importlib.util.module_from_spec(spec)
+    _package("sglang.srt.kv_canary.token_oracle")
     return types.SimpleNamespace(
         expected_inputs=importlib.import_module("sglang.srt.kv_canary.expected_inputs"),
         oracle=importlib.import_module("sglang.srt.kv_canary.token_oracle.oracle"),
