@@ -581,10 +581,7 @@ class Engine:
         return [self.full_slot(holder, p) for p in range(entry.length)]
 
     def _window_present(self, entry: _CacheEntry, k: int) -> bool:
-        if self.lut is None:
-            return True
-        full = self.cached_full_slots(entry)
-        return all(self.lut[full[p]] for p in range(self.window_start(k), k))
+        return self._window_ok(entry, range(self.window_start(k), k))
 
     def prefill(self, chunk: int) -> Forward | None:
         """An extend batch (``EXTEND``): each request with unwritten prompt tokens writes up to
@@ -1152,16 +1149,7 @@ class Engine:
         """Share with ``req`` (written 0, in its row) the longest cached page-aligned prefix of
         its tokens that leaves it a token to compute and whose window is resident; its length."""
         c = self.config
-        best, best_k = None, 0
-        for entry in self.cache:
-            k = min(entry.length, (len(req.tokens) - c.offset - 1) // c.page_size * c.page_size)
-            while k > 0 and (
-                tuple(req.tokens[: k + c.offset]) != entry.tokens[: k + c.offset]
-                or not self._window_present(entry, k)
-            ):
-                k -= c.page_size
-            if k > best_k:
-                best, best_k = entry, k
+        best, best_k = self.tree_match(req, limit=len(req.tokens) - c.offset - 1)
         if best is None:
             return 0
         req.pages = list(best.pages[: best_k // c.page_size])
@@ -1227,20 +1215,23 @@ class Engine:
         self.log.append(f"insert: request {req.rid}, {k} positions, {len(rebound)} pages rebound")
         return k
 
-    def tree_match(self, req: _Request, entry: _CacheEntry | None = None) -> tuple:
+    def tree_match(
+        self, req: _Request, entry: _CacheEntry | None = None, limit: int | None = None
+    ) -> tuple[_CacheEntry | None, int]:
         """The cached prefix (``entry``, or the longest of all) with the longest page-aligned
-        run of ``req``'s written tokens, whose slots in ``req``'s window have their SWA slots:
-        ``(entry, positions)``, ``(None, 0)`` for none. (The model rebinds no position of the
+        run of ``req``'s tokens, up to ``limit`` positions (None: those it wrote), whose slots
+        in ``req``'s window (once it has written them) have their SWA slots: ``(entry,
+        positions)``, ``(None, 0)`` for none. (The model shares or rebinds no position of the
         window whose SWA slot the cache lost; what SGLang's SWA radix cache does then is not
         modelled.)"""
         c = self.config
         best, best_m = None, 0
-        k = req.written // c.page_size * c.page_size
+        k = (req.written if limit is None else limit) // c.page_size * c.page_size
         for e in self.cache if entry is None else [entry]:
             m = min(e.length, k)
             while m > 0 and (
                 tuple(req.tokens[: m + c.offset]) != e.tokens[: m + c.offset]
-                or not self._window_ok(e, range(self.window_start(req.written), m))
+                or not self._window_ok(e, range(self.window_start(max(req.written, m)), m))
             ):
                 m -= c.page_size
             if m > best_m:
