@@ -657,8 +657,8 @@ class Engine:
         past what it wrote, one count for the batch (SGLang's ``num_tokens_per_req``); the
         plan's prefix is ``seq_lens - extend``, ``seq_lens`` counting the new positions
         (``plan_input.py``), and the write's expected inputs are the token oracle's
-        (:data:`ORACLE_MODES`), its input assert on, as ``single_forward_manager/manager.py``
-        leaves it for any draft mode but a decode. A request without room for the tokens takes
+        (:data:`ORACLE_MODES`), its input assert on (the model's choice: SGLang's switch, in
+        ``single_forward_manager/manager.py``, is not run). A request without room for the tokens takes
         no part (None: no request has room)."""
         c = self.config
         if not c.offset or tokens < 1:
@@ -1198,9 +1198,9 @@ class Engine:
         return [r for r in sorted(self.running.values(), key=lambda r: r.rid) if r.written >= p]
 
     def insert(self, pick: int, rid: int | None = None) -> int | None:
-        """A running request's page-aligned written prefix goes into the prefix cache, as
-        SGLang's scheduler inserts every request an extend forward ran, chunked or not
-        (``cache_unfinished_req`` of ``mem_cache/radix_cache.py``): where the cache holds a
+        """A running request's page-aligned written prefix goes into the prefix cache after an
+        extend forward (modelled on ``cache_unfinished_req`` of ``mem_cache/radix_cache.py``,
+        which is not run): where the cache holds a
         prefix of the same tokens in other pages, the request's row is rebound to the cache's
         pages and its own duplicate pages freed (``rid``: that request, not one ``pick``
         chooses). The positions inserted, or None."""
