@@ -251,11 +251,12 @@ def missing(dues: list[Due], rows: np.ndarray, fault: Fault) -> list[str]:
     return out
 
 
-def warm_up(engine: Engine, run) -> None:
+def warm_up(engine: Engine, run, pad: int = 1) -> None:
     """A short history that leaves running requests (two sharing a cached prefix, in one
     batch), a cached prefix no request uses and freshly sampled tokens, with a target verify
     that rejects drafts on the way (without the EAGLE offset): every fault class has a
-    place."""
+    place. Its first decode has ``pad`` padding rows amid its rows (0: none, as SGLang's
+    batches outside a replayed graph)."""
     c = engine.config
 
     def each(*makes) -> None:
@@ -270,7 +271,7 @@ def warm_up(engine: Engine, run) -> None:
     # a target verify (the target model's canary: no EAGLE offset) that rejects a draft
     each(
         lambda: engine.prefill(c.context_len),
-        lambda: engine.decode(1),
+        lambda: engine.decode(pad),
         lambda: engine.target_verify(3, 1),
     )
     engine.finish(0)  # its prefix is cached, and shared by the next two requests

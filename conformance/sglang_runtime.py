@@ -86,7 +86,7 @@ import numpy as np
 import torch
 
 from conformance import upstream
-from strategies.engine import ORACLE_MODES, Engine, EngineConfig, Forward
+from strategies.engine import ORACLE_MODES, Engine, EngineConfig, Forward, Move, Sweep
 
 __all__ = [
     "FORWARD_BATCH_FIELDS",
@@ -553,8 +553,8 @@ def forward_batch(forward: Forward) -> ForwardBatchStandIn | None:
     live = rows != 0
     if live.any() and not forward.graph and not live.all():
         return None  # padding rows outside a replayed graph: SGLang's batches have none
-    if forward.graph and live.any() and live.argmin() < live.sum():
-        return None  # a graph pads at the tail
+    if forward.graph and not live.all() and live.argmin() < live.sum():
+        return None  # a graph pads at the tail (argmin: the first padding row)
     positions = np.asarray(write["positions"])
     counts = np.bincount(forward.token_rows, minlength=rows.shape[0])
     first = np.concatenate([[0], np.cumsum(counts)[:-1]])
@@ -654,10 +654,15 @@ def config(index: int) -> EngineConfig:
     )  # fmt: skip
 
 
-def history(index: int, steps: int = 40, on_sweep=None) -> list[Forward]:
+def history(
+    index: int, steps: int = 40, on_sweep=None, run=None, engine: Engine | None = None
+) -> list[Forward]:
     """The forwards of one engine history: random scheduler events and every forward mode;
-    ``on_sweep(engine, sweep)`` is called at each cache sweep, with the engine as it is then."""
-    engine = Engine(config(index))
+    ``on_sweep(engine, sweep)`` is called at each cache sweep, with the engine as it is then;
+    ``run(step)``, if given, at each step as it is made (forwards, sweeps and moves of KV
+    without a forward, in order); ``engine``: the engine to run it on (default: a new one of
+    :func:`config`)."""
+    engine = Engine(config(index)) if engine is None else engine
     rng = np.random.default_rng(index)
     out: list[Forward] = []
 
@@ -665,6 +670,10 @@ def history(index: int, steps: int = 40, on_sweep=None) -> list[Forward]:
         for one in made:
             items = one if isinstance(one, list) else [one]
             out.extend(f for f in items if isinstance(f, Forward))
+            if run is not None:
+                for step in items:
+                    if isinstance(step, (Forward, Sweep, Move)):
+                        run(step)
 
     for _ in range(3):
         engine.admit(int(rng.integers(2, 7)), 0)
@@ -677,7 +686,7 @@ def history(index: int, steps: int = 40, on_sweep=None) -> list[Forward]:
         if op == "admit":
             engine.admit(int(rng.integers(1, 8)), pick % 3)
         elif op in ("finish", "retract", "readmit", "relocate"):
-            getattr(engine, op)(pick)
+            keep(getattr(engine, op)(pick))
         elif op == "receive":
             keep(engine.receive(int(rng.integers(2, 8))))
         elif op == "twin":  # computed again, then inserted: its row rebound to the cache's pages
@@ -702,6 +711,7 @@ def history(index: int, steps: int = 40, on_sweep=None) -> list[Forward]:
             sweep = engine.sweep()
             if sweep is not None and on_sweep is not None:
                 on_sweep(engine, sweep)
+            keep(sweep)
         elif op == "draftext":
             keep(engine.draft_extend(1 + pick % 3))
         else:

@@ -208,8 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     install.add_argument("release", help="0.5.NN, or a tox env name sglang-0.5.NN")
     commands.add_parser(
         "run",
-        help="the suite on the installed release, with its file, then the runtime leg "
-        "(conformance/sglang_runtime.py)",
+        help="the suite on the installed release, with its file, then the runtime legs "
+        "(conformance/sglang_runtime.py, conformance/sglang_manager.py)",
     )
     table = commands.add_parser("table", help="write docs/UPSTREAM.md")
     table.add_argument("--check", action="store_true", help="fail if it is out of date")
@@ -251,9 +251,11 @@ def main(argv: list[str] | None = None) -> int:
         if status == 5:
             print("error: pytest collected no tests", file=sys.stderr)
             return 1
-        # the runtime leg: SGLang's PlanInput over the engine model's histories
+        # the runtime legs: SGLang's PlanInput, oracle, sweep, perturbations and pool patch
+        # over the engine model's histories; then its per-forward manager against the reference
         runtime = subprocess.call([sys.executable, "-m", "conformance.sglang_runtime"])
-        return status or runtime
+        manager = subprocess.call([sys.executable, "-m", "conformance.sglang_manager"])
+        return status or runtime or manager
     elif options.command == "table":
         return write_table(check=options.check)
     return 0
