@@ -32,6 +32,7 @@ from strategies.faults import Due, Fault
 __all__ = [
     "RING_CAPACITY",
     "SETTLE",
+    "DRAFT_SETTLE_MODES",
     "SETTLE_MODES",
     "TAGS",
     "ImplRun",
@@ -52,6 +53,9 @@ SETTLE = ("admit", "prefill", "decode", "prefill", "decode", "sweep")
 #: decode, a decode replaying a CUDA graph (two padding rows at its tail), a mixed batch, and
 #: EAGLE's target verify (three tokens a row: the sampled one and two drafts).
 SETTLE_MODES = ("DECODE", "DECODE_GRAPH", "MIXED", "TARGET_VERIFY")
+#: The draft model's settle modes (an engine with the EAGLE offset): its multi-step draft
+#: decode, and its ``DRAFT_EXTEND_V2``.
+DRAFT_SETTLE_MODES = ("DRAFT_DECODE", "DRAFT_EXTEND_V2")
 SLOT, BITS = reference.ViolationField.SLOT_IDX, reference.ViolationField.FAIL_REASON_BITS
 KIND = reference.ViolationField.KERNEL_KIND
 
@@ -345,13 +349,17 @@ def inject_and_settle(
 def settle(engine: Engine, run, mode: str = "DECODE", pick: int = 0) -> None:
     """Run :data:`SETTLE` through ``run(step)``, its decodes in ``mode`` (:data:`SETTLE_MODES`;
     an engine with the EAGLE offset, the draft model's canary, decodes plainly where the mode
-    is ``TARGET_VERIFY``, which only the target model runs)."""
+    is ``TARGET_VERIFY``, which only the target model runs; :data:`DRAFT_SETTLE_MODES`, for
+    such an engine: its multi-step draft then a decode, or its draft extend)."""
     c = engine.config
     decode = {
         "DECODE": lambda: engine.decode(0),
         "DECODE_GRAPH": lambda: engine.decode(2, graph=True),
         "MIXED": lambda: engine.mixed(1),
         "TARGET_VERIFY": lambda: engine.target_verify(3, pick) or engine.decode(0),
+        # the draft model's own forwards (the EAGLE offset; not drawn by the suite's tests)
+        "DRAFT_DECODE": lambda: [*engine.draft_decode(2), engine.decode(0)],
+        "DRAFT_EXTEND_V2": lambda: engine.draft_extend(2) or engine.decode(0),
     }[mode]
     for name in SETTLE:
         if name == "admit":
@@ -360,5 +368,6 @@ def settle(engine: Engine, run, mode: str = "DECODE", pick: int = 0) -> None:
         step = {"prefill": lambda: engine.prefill(1), "decode": decode, "sweep": engine.sweep}[
             name
         ]()
-        if step is not None:
-            run(step)
+        for one in step if isinstance(step, list) else [step]:
+            if one is not None:
+                run(one)

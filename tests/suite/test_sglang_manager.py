@@ -1,0 +1,81 @@
+"""conformance.sglang_manager: SGLang's per-forward runtime (SingleForwardManager, its
+launches, the expected-token scatter, the sweep orchestrator) equals the reference after every
+step of an engine history, the leg fails where SGLang's side is given a different forward, a
+fault made through it is reported alike, the batch stand-in provides every field the runtime
+reads, and the CPU stand-ins of torch are put back."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from conformance import sglang_manager as sm
+from tests.suite.test_sglang_runtime import _read_attributes
+
+
+@pytest.mark.parametrize("index", [3, 9])  # no window and no offset; a window and the offset
+def test_a_correct_history_is_equal_after_every_step(index):
+    side = sm.run_history(index, steps=25)
+    assert sum(n for m, n in side.modes.items() if m not in ("SWEEP",)) >= 10, side.modes
+    assert not side.not_managed, side.not_managed
+
+
+def test_the_leg_fails_where_sglang_is_given_another_forward(monkeypatch):
+    real = sm.manager_batches
+
+    def swapped(forward, mods):  # two tokens' slots exchanged in the batch SGLang sees
+        outside, inside = real(forward, mods)
+        loc = inside.out_cache_loc.clone()
+        if loc.shape[0] >= 2:
+            loc[[0, 1]] = loc[[1, 0]]
+        return outside, dataclasses.replace(inside, out_cache_loc=loc)
+
+    monkeypatch.setattr(sm, "manager_batches", swapped)
+    with pytest.raises(AssertionError, match="canary buffer differs"):
+        sm.run_history(3, steps=25)
+
+
+def test_a_fault_through_sglangs_runtime_is_reported_as_the_reference_reports_it():
+    outcome, problems, side = sm.fault_trial("page_swap", 0, "DECODE")
+    assert (outcome, problems) == ("reported", [])
+    assert sum(side.fired.values()) > 0
+
+
+def test_the_batch_stand_in_provides_every_field_the_runtime_reads():
+    read = set()
+    for module in (
+        "single_forward_manager/manager.py",
+        "runner/kernel_launcher.py",
+        "req_to_expected_token_ids_manager.py",
+    ):
+        read |= _read_attributes("forward_batch", module)
+        read |= _read_attributes("maybe_inaccurate_forward_batch", module)
+    fields = {f.name for f in dataclasses.fields(sm.ManagerBatchStandIn)}
+    assert read <= fields, read - fields
+
+
+def test_the_draft_models_reports_left_out_are_only_those_of_its_input_assert():
+    sm.modules()
+    engine = sm.Engine(dataclasses.replace(sm.sglang_runtime.config(6)))  # the offset 1
+    forwards = [*sm.sglang_runtime.history(6, engine=engine)]
+    extend = next(f for f in forwards if f.mode == "DRAFT_EXTEND_V2")
+    decode = next(f for f in forwards if f.mode == "DECODE" and f.kind == "decode")
+    slot = int(extend.groups[0].out_cache_loc[0])
+    rows = np.zeros((3, 8), dtype=np.int64)
+    rows[:, sm.SLOT] = slot
+    rows[:, sm.BITS] = [8, 8 | 1, 16]
+    assert sm.draft_extend_reports(engine, extend, rows).tolist() == [True, False, False]
+    assert sm.assert_off_reports(engine, decode, rows).tolist() == [True, False, True]
+    assert not sm.draft_extend_reports(engine, decode, rows).any()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the stand-ins apply without CUDA only")
+def test_the_cpu_stand_ins_of_torch_are_put_back():
+    with sm._cpu_only():
+        assert torch.zeros(2, pin_memory=True).tolist() == [0, 0]
+        assert torch.cuda.is_current_stream_capturing() is False
+    with pytest.raises(RuntimeError):
+        torch.zeros(2, pin_memory=True)
