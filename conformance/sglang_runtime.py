@@ -50,9 +50,11 @@ and the engine's own page table as SGLang's ``ReqToTokenPool.req_to_token``, and
 entry it changes as the ``req_to_token`` fault class predicts, on the reference, over the
 settle (:func:`perturbation_trial`); and SGLang's ``real_kv_used`` and ``real_kv_post_forward``
 perturbations the same way, with SGLang's own ``CanaryBufferGroup`` and ``RealKvSource`` over
-copies of the reference's KV pools (:func:`kv_perturbation_trial`). Not run here:
-``real_kv_unused_cache`` (it walks SGLang's radix tree) and ``next_token_swap`` (a sampler
-hook).
+copies of the reference's KV pools (:func:`kv_perturbation_trial`), and its
+``real_kv_unused_cache`` over :func:`unlocked_cache` (the stand-in walk of the tree's unlocked
+nodes: the slots of cached prefixes no running request holds); and its ``next_token_swap``
+(``maybe_perturb_swap_next_tokens``, the sampler's hook) on the tokens the engine's requests
+just sampled (:func:`swap_trial`). All five of SGLang's perturbations run.
 
 It also runs SGLang's ``pool_patcher/buf_info_splice.py`` (``splice_kv_buf_info``, its patch
 of a pool's ``get_contiguous_buf_infos``) on SGLang's own ``CanaryBufferGroup`` and a two-layer
@@ -270,13 +272,48 @@ class RadixCacheStandIn:
 
     req_to_token_pool: types.SimpleNamespace
     walk: types.SimpleNamespace
+    #: the walk of the tree's unlocked nodes only (slots no running request holds), as
+    #: ``real_kv_unused_cache`` asks for it; ``lut``: the full-to-SWA table (None: no window)
+    unlocked: types.SimpleNamespace | None = None
+    lut: torch.Tensor | None = None
 
 
-def _walk(*, radix_cache: RadixCacheStandIn, unlocked_only: bool = False, **_) -> object:
+def _walk(
+    *,
+    radix_cache: RadixCacheStandIn,
+    unlocked_only: bool = False,
+    swa_resident_only: bool = False,
+    **_,
+) -> object:
     """Stands for ``radix_cache_walker.walk_radix_cache_for_canary`` (whose module needs SGLang's
-    memory-cache stack): the stand-in tree's walk."""
-    assert not unlocked_only  # the sweep walks every slot the tree holds
-    return radix_cache.walk
+    memory-cache stack): the stand-in tree's walk, of its unlocked nodes only if asked, and of
+    the slots still in the SWA pool only if asked."""
+    walk = radix_cache.unlocked if unlocked_only else radix_cache.walk
+    assert walk is not None
+    if swa_resident_only:
+        assert radix_cache.lut is not None
+        keep = radix_cache.lut[walk.slot_indices] != 0  # 0: evicted from the SWA pool
+        walk = types.SimpleNamespace(**{k: v[keep] for k, v in vars(walk).items()})
+    return walk
+
+
+def unlocked_cache(engine: Engine) -> RadixCacheStandIn:
+    """The engine model's prefix cache as SGLang's ``real_kv_unused_cache`` walks it: the slots
+    of cached prefixes whose pages no running request holds (the tree's unlocked nodes)."""
+    slots, positions = [], []
+    for entry in engine.cache:
+        for pos, full in enumerate(engine.cached_full_slots(entry)):
+            if engine.req_refs[full // engine.config.page_size] == 0 and full not in slots:
+                slots.append(full)
+                positions.append(pos)
+    unlocked = types.SimpleNamespace(
+        slot_indices=_tensor(slots), positions=_tensor(positions),
+        prev_slot_indices=_tensor([-1] * len(slots)),
+    )  # fmt: skip
+    return RadixCacheStandIn(
+        req_to_token_pool=types.SimpleNamespace(req_to_token=_tensor(engine.req_to_token)),
+        walk=unlocked, unlocked=unlocked, lut=None if engine.lut is None else _tensor(engine.lut),
+    )  # fmt: skip
 
 
 @functools.cache
@@ -346,7 +383,7 @@ class PerturbBatchStandIn:
 @functools.cache
 def perturb_modules() -> types.SimpleNamespace:
     """SGLang's ``perturb`` package: its ``req_to_token`` perturbation, config and utilities."""
-    splice_modules()
+    sweep_builder()  # the kernels' modules, the runtime's packages and the walker stand-in
     name = "sglang.srt.kv_canary.perturb"
     _package(name)
     from conformance.adapters import sglang as adapter
@@ -355,6 +392,8 @@ def perturb_modules() -> types.SimpleNamespace:
         req_to_token=importlib.import_module(f"{name}.req_to_token"),
         kv_used=importlib.import_module(f"{name}.real_kv_used"),
         kv_post_forward=importlib.import_module(f"{name}.real_kv_post_forward"),
+        kv_unused_cache=importlib.import_module(f"{name}.real_kv_unused_cache"),
+        next_token_swap=importlib.import_module(f"{name}.next_token_swap"),
         config=importlib.import_module(f"{name}.config"),
         utils=importlib.import_module(f"{name}.utils"),
         RealKvSource=adapter._module("verify").RealKvSource,
@@ -397,13 +436,16 @@ def _decode_batch(engine: Engine) -> PerturbBatchStandIn:
 KV_PERTURBATIONS = {
     "kv_used": ("kv_used", "real_kv_used_prob"),
     "kv_post_forward": ("kv_post_forward", "real_kv_post_forward_prob"),
+    "kv_unused_cache": ("kv_unused_cache", "real_kv_unused_cache_prob"),
 }
 
 
 def kv_perturbation_trial(kind: str, index: int) -> tuple[str, list[str]]:
     """SGLang's KV perturbation of class ``kind`` (:data:`KV_PERTURBATIONS`:
     ``perturb/real_kv_used.py`` before a decode, over the decode's batch;
-    ``perturb/real_kv_post_forward.py`` after a decode, over its batch), unmodified, on the
+    ``perturb/real_kv_post_forward.py`` after a decode, over its batch;
+    ``perturb/real_kv_unused_cache.py`` at a sweep step, over the walk of the prefix cache's
+    unlocked nodes, :func:`unlocked_cache`), unmodified, on the
     engine model after a warm-up, its buffer groups SGLang's ``CanaryBufferGroup`` over copies
     of the reference's KV pools (one ``RealKvSource`` of 32 bytes a slot each): the byte it flips
     is flipped in the reference's pool and judged as the class predicts over the settle.
@@ -421,6 +463,7 @@ def kv_perturbation_trial(kind: str, index: int) -> tuple[str, list[str]]:
     warm_up(engine, oracle.forward_or_sweep)
     c = engine.config
     target = "SWA" if c.swa_window and index % 2 else "FULL"
+    batch = None
     if kind == "kv_post_forward":  # after a decode: its batch
         forward = engine.decode(0)
         if forward is None:
@@ -432,7 +475,7 @@ def kv_perturbation_trial(kind: str, index: int) -> tuple[str, list[str]]:
             seq_lens=_tensor(np.asarray(forward.write["positions"]) + 1),
             out_cache_loc=torch.from_numpy(full.out_cache_loc.copy()),
         )
-    else:
+    elif kind == "kv_used":
         batch = _decode_batch(engine)
     bg = splice_modules().buffer_group
     copies = {g: torch.from_numpy(oracle.kv(g).copy()) for g in c.groups}
@@ -457,6 +500,12 @@ def kv_perturbation_trial(kind: str, index: int) -> tuple[str, list[str]]:
     random.seed(index)
     arguments = dict(maybe_inaccurate_forward_batch=batch, config=cfg, buffer_groups=groups,
                      warmup_gate=gate)  # fmt: skip
+    if kind == "kv_unused_cache":  # at a sweep step, over the tree's unlocked nodes
+        arguments.pop("warmup_gate")
+        arguments.update(
+            radix_cache=unlocked_cache(engine), swa_window_size=c.swa_window, sweep_interval=1,
+            outer_step_counter=1, warmup_gate=gate,
+        )  # fmt: skip
     if kind == "kv_used":
         arguments.update(
             req_to_token_pool=types.SimpleNamespace(
@@ -480,6 +529,53 @@ def kv_perturbation_trial(kind: str, index: int) -> tuple[str, list[str]]:
                          full_slot=full_slot)  # fmt: skip
     engine.log.append(f"FAULT {what}")
     made = inject_and_settle(engine, oracle, kind, 0, 0, oracle.forward_or_sweep, made=fault)
+    if made is None:
+        return "no room to settle", []
+    _, problems, first = made
+    return ("reported" if first is not None else "not reported"), problems
+
+
+def swap_trial(index: int) -> tuple[str, list[str]]:
+    """SGLang's ``next_token_swap`` perturbation (``perturb/next_token_swap.py``, unmodified:
+    ``maybe_perturb_swap_next_tokens`` with probability 1 and no warm-up) on the tokens the
+    engine model's requests just sampled, in batch order, as the sampler hands them over: the
+    two it swaps are the engine's sampled tokens from then on, judged as the
+    ``next_token_swap`` class predicts over the settle (decodes, where the input assert can
+    fire). ``(outcome, problems)``: ``reported``, ``unchanged`` (fewer than two tokens, or two
+    equal ones) or ``no room to settle``."""
+    from conformance.engine_support import OracleRun, inject_and_settle, warm_up
+    from strategies import faults
+
+    swap = perturb_modules().next_token_swap
+    engine = Engine(dataclasses.replace(config(index), offset=0, seed=9700 + index))
+    oracle = OracleRun(engine)
+    warm_up(engine, oracle.forward_or_sweep)
+    c = engine.config
+    ready = [
+        r
+        for r in sorted(engine.running.values(), key=lambda r: r.rid)
+        if r.decoding and engine.pending(r) == 1 and r.written < c.context_len
+    ]
+    sampled = _tensor([r.tokens[-1] for r in ready])
+    saved = swap._config
+    swap._config = swap.NextTokenSwapConfig(prob=1.0, warmup_steps=0)
+    random.seed(index)
+    try:
+        out = swap.maybe_perturb_swap_next_tokens(sampled)
+    finally:
+        swap._config = saved
+    changed = torch.nonzero(out != sampled).flatten().tolist()
+    if not changed:
+        return "unchanged", []
+    for req, token in zip(ready, out.tolist(), strict=True):
+        req.tokens[-1] = token
+    rids = [ready[i].rid for i in changed]
+    what = f"SGLang's next_token_swap perturbation: requests {rids} swap their sampled tokens"
+    entries = tuple((ready[i].rid, ready[i].written) for i in changed)
+    fault = faults.Fault("next_token_swap", None, frozenset(), entries, what)
+    engine.log.append(f"FAULT {what}")
+    made = inject_and_settle(engine, oracle, "next_token_swap", 0, 0, oracle.forward_or_sweep,
+                             made=fault)  # fmt: skip
     if made is None:
         return "no room to settle", []
     _, problems, first = made
@@ -810,11 +906,13 @@ def main(argv: list[str] | None = None) -> int:
         + (" equal" if not problems else "")
     )
     perturbed: dict[str, Counter[str]] = {}
-    for kind in ("req_to_token", *KV_PERTURBATIONS):
+    for kind in ("req_to_token", *KV_PERTURBATIONS, "next_token_swap"):
         outcomes = perturbed[kind] = Counter()
         for index in range(options.histories):
             if kind == "req_to_token":
                 outcome, lines = perturbation_trial(index)
+            elif kind == "next_token_swap":
+                outcome, lines = swap_trial(index)
             else:
                 outcome, lines = kv_perturbation_trial(kind, index)
             outcomes[outcome] += 1

@@ -79,3 +79,20 @@ def test_the_cpu_stand_ins_of_torch_are_put_back():
         assert torch.cuda.is_current_stream_capturing() is False
     with pytest.raises(RuntimeError):
         torch.zeros(2, pin_memory=True)
+
+
+def test_sglangs_violation_reporter_must_log_every_row_of_its_ring():
+    outcome, problems, side = sm.fault_trial("page_swap", 0, "DECODE")
+    assert problems == [] and side.logged, problems
+    side.logged[:] = side.logged[1:]  # one row's message lost
+    assert sm.logged_problems(side), "a lost message must fail the trial"
+
+
+def test_a_flipped_cached_byte_is_reported_by_a_sharing_extend_through_sglang():
+    side = sm.shared_prefix_trial(0)
+    real_kv = int(sm.reference.FailReason.VERIFY_REAL_KV_HASH_MISMATCH)
+    assert any(m == "EXTEND" and bits & real_kv for m, _, bits in side.fired), side.fired
+
+
+def test_divergence_20_is_expected_on_every_listed_release():
+    assert sm.divergence_expected(20) in (True, None)

@@ -99,9 +99,12 @@ def test_the_tree_stand_in_provides_what_sglangs_sweep_reads():
     assert _read_attributes("walk_result", module) == {
         "slot_indices", "positions", "prev_slot_indices"
     }  # fmt: skip
+    # req_to_token_pool is what SGLang reads; walk, unlocked and lut are the stand-in walker's
     assert {f.name for f in dataclasses.fields(sr.RadixCacheStandIn)} == {
-        "req_to_token_pool", "walk"
+        "req_to_token_pool", "walk", "unlocked", "lut"
     }  # fmt: skip
+    # the unused-cache perturbation reads the tree only through the walker
+    assert _read_attributes("radix_cache", "perturb/real_kv_unused_cache.py") == set()
 
 
 def _a_sweep(window: bool):
@@ -154,7 +157,7 @@ def test_sglangs_req_to_token_perturbation_is_judged_by_the_class(monkeypatch):
 
 @pytest.mark.parametrize("kind", sorted(sr.KV_PERTURBATIONS))
 def test_sglangs_kv_perturbations_are_judged_by_their_class(monkeypatch, kind):
-    """SGLang's real_kv_used and real_kv_post_forward perturbations, made by its own code on
+    """SGLang's real_kv_used, real_kv_post_forward and real_kv_unused_cache perturbations, made by its own code on
     copies of the reference's KV pools, flip the byte their class predicts is reported (history
     1: mode PARTIAL, which reads byte 0); a prediction at a slot no report names fails."""
     assert sr.kv_perturbation_trial(kind, 1) == ("reported", [])
@@ -165,6 +168,21 @@ def test_sglangs_kv_perturbations_are_judged_by_their_class(monkeypatch, kind):
     )
     outcome, problems = sr.kv_perturbation_trial(kind, 1)
     assert problems, outcome
+
+
+def test_sglangs_next_token_swap_is_judged_by_the_class(monkeypatch):
+    """SGLang's sampler hook swaps two of the engine's sampled tokens, reported where the
+    next_token_swap class predicts (WRITE_TOKEN at the slots the decodes write them to); a
+    prediction at a slot no report names fails the trial."""
+    assert sr.swap_trial(0) == ("reported", [])
+    from strategies import faults
+
+    monkeypatch.setattr(
+        faults.FAULTS["next_token_swap"], "due_after_settle",
+        lambda engine, fault: [faults.Due(10**6, 8)],
+    )  # fmt: skip
+    outcome, problems = sr.swap_trial(0)
+    assert outcome == "reported" and problems, problems
 
 
 def test_a_pd_transfer_over_sglangs_splice_moves_each_pages_records_with_its_kv():
