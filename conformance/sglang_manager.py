@@ -24,10 +24,8 @@ the reports SGLang's runtime makes it counts which of its checks fired in which 
 (:func:`fired_table`; ``conformance/README.md`` keeps today's table, with why each cell that
 never fires cannot).
 
-Two places are left out of the comparison, each counted: SGLang's reports of the divergence
-[20] of ``docs/UPSTREAM.md`` (the draft model's draft extend), and the engine model's input
-assert in the draft model's plain decode, which SGLang switches off
-(:func:`assert_off_reports`).
+One place is left out of the comparison, counted: SGLang's reports of the divergence [20] of
+``docs/UPSTREAM.md`` (the draft model's draft extend), on both sides.
 
 After every step SGLang's host side runs too: ``runner/violation_manager.py``
 (``ViolationManager``, which copies the write index to the host one step late) and
@@ -358,8 +356,9 @@ class ManagerRun(ImplRun):
         )  # fmt: skip
         self.fired: Counter = Counter()
         self.modes: Counter = Counter()  # the steps run, by forward mode (run_history)
+        self.pending: list[str] = []  # what differed in the step's plans, for compare
+        self.plans_compared = 0
         self.divergent = 0  # SGLang's reports of the divergence [20]
-        self.departures = 0  # the reference's reports of an input assert SGLang has off
         self.not_managed: Counter = Counter()  # forwards SGLang never makes, by mode
         self.d2h_stream = torch.cpu.Stream()  # SGLang's stream for host copies, on the CPU
         self.managers: dict = {}
@@ -418,6 +417,7 @@ class ManagerRun(ImplRun):
         with _cpu_only():
             manager.pre_ops_outside_graph(maybe_inaccurate_forward_batch=outside)
             made = manager.pre_ops_maybe_inside_graph(inside)
+            self.pending += self.plan_problems(forward, manager, made)
             for group in forward.groups:  # the forward stores its KV
                 self.store_kv(group)
             if forward.tail_write:  # the model moved the positions it reads, in place
@@ -474,6 +474,51 @@ class ManagerRun(ImplRun):
         self.steps += 1
         self.sweeper.maybe_run_sweep()
 
+    def plan_problems(self, forward: Forward, manager, made) -> list[str]:
+        """SGLang's plans of each group and its expected inputs against the reference's for
+        ``forward``: the reference's plan at the same capacities over the same page table,
+        SWA table and expected-token pool (their valid entries compared); the expected inputs,
+        where the input assert is on, against the engine model's (but for [20])."""
+        lines = []
+        pool = None if self.pool is None else self.pool.numpy().copy()
+        for i, group in enumerate(forward.groups):
+            vp, wp = driver.reference_plans(manager._verify_capacity, forward.write_req_capacity)
+            reference.plan(
+                vp, wp, **forward.plan, **group.plan_arguments(),
+                verify_capacity=manager._verify_capacity, req_to_verify_expected_tokens=pool,
+            )  # fmt: skip
+            got = driver.plan_host(made.verify_plans[i], made.write_plans[i])
+            want = driver.plan_host(vp, wp)
+            n = int(want[("verify", "verify_num_valid")][0])
+            m = int(want[("write", "write_num_valid_reqs")][0])
+            cut = {"verify": n, "write": m + 1}
+            for key in driver.PLAN_FIELDS:
+                g, w = got[key], want[key]
+                if key[1] not in ("verify_num_valid", "enable", "write_num_valid_reqs"):
+                    g, w = g[: cut[key[0]]], w[: cut[key[0]]]
+                if g.shape != w.shape or not np.array_equal(g, w):
+                    lines.append(
+                        f"{group.group} {key[1]}: SGLang {g[:4].tolist()}, the reference {w[:4].tolist()}"
+                    )
+        write = forward.write
+        on = manager._should_enable_write_input_assert_for_launch(
+            sglang_runtime.forward_batch(forward)
+        )
+        n = len(write["positions"])
+        if (
+            on
+            and write["expected_input_tokens"] is not None
+            and not (forward.mode == "DRAFT_EXTEND_V2" and self.engine.config.offset == 1)
+        ):
+            live = np.asarray(forward.plan["req_pool_indices"])[forward.token_rows] != 0
+            tokens = made.expected_inputs.tokens[:n].numpy()[live]  # padding rows write nothing
+            if not np.array_equal(tokens, np.asarray(write["expected_input_tokens"])[live]):
+                lines.append("expected input tokens differ from the engine model's")
+            if not np.array_equal(made.expected_inputs.positions[:n].numpy(), write["positions"]):
+                lines.append("expected input positions differ from the forward's")
+        self.plans_compared += len(forward.groups)
+        return lines
+
     def index(self) -> int:
         return int(self.made.violation_write_index[0])
 
@@ -502,11 +547,6 @@ class ManagerRun(ImplRun):
             self.divergent += int(known.sum())
             mine = mine[~known]
             want = want[~draft_extend_reports(self.engine, step, want)]
-            # where the engine model's input assert is on and SGLang's off, neither either
-            off = assert_off_reports(self.engine, step, want)
-            self.departures += int(off.sum())
-            want = want[~off]
-            mine = mine[~assert_off_reports(self.engine, step, mine)]
         for row in mine:
             self.fired[(label(step), int(row[KIND]), int(row[BITS]))] += 1
         if len(mine) != len(want) or not np.array_equal(
@@ -525,6 +565,8 @@ class ManagerRun(ImplRun):
                 want_n = int(getattr(state, name)[0])
                 if got != want_n:
                     lines.append(f"{TAGS[key].name} {name}: SGLang {got}, the reference {want_n}")
+        lines += self.pending
+        self.pending = []
         assert not lines, f"{what}: " + "; ".join(lines)
 
 
@@ -569,20 +611,6 @@ def logged_problems(side: ManagerRun) -> list[str]:
 def label(step) -> str:
     """A step's forward mode as the leg counts it (``SWEEP`` for a cache sweep)."""
     return "SWEEP" if isinstance(step, Sweep) else sglang_runtime.label(step)
-
-
-def assert_off_reports(engine: Engine, forward: Forward, rows: np.ndarray) -> np.ndarray:
-    """Which of ``rows`` are reports of the write's input assert (``WRITE_TOKEN``,
-    ``WRITE_POSITION``) in a plain ``DECODE`` of the draft model's canary (the EAGLE offset):
-    the engine model keeps that assert on there, SGLang turns it off for every decode of the
-    draft model (``SingleForwardManager``'s ``is_eagle_draft_decode``), a departure of the
-    model this leg counts."""
-    writes = int(reference.FailReason.WRITE_TOKEN_MISMATCH) | int(
-        reference.FailReason.WRITE_POSITION_MISMATCH
-    )
-    if forward.mode != "DECODE" or engine.config.offset != 1 or not len(rows):
-        return np.zeros(len(rows), dtype=bool)
-    return (rows[:, BITS] & ~writes) == 0
 
 
 def draft_extend_reports(engine: Engine, forward: Forward, rows: np.ndarray) -> np.ndarray:
@@ -733,17 +761,18 @@ def main(argv: list[str] | None = None) -> int:
         f"sglang {upstream.installed_version()}: SGLang's per-forward runtime against the reference"
     )
     modes: Counter = Counter()
-    divergent = departures = 0
+    divergent = plans = 0
     not_managed: Counter = Counter()
     for index in range(options.histories):
         side = run_history(index)
         modes.update(side.modes)
+        plans += side.plans_compared
         divergent += side.divergent
-        departures += side.departures
         not_managed.update(side.not_managed)
     print(f"{options.histories} correct histories, equal after every step, silent:")
     for name, n in sorted(modes.items()):
         print(f"  {name}: {n}")
+    print(f"  plans of a group and expected inputs equal the reference's: {plans}")
     print(
         f"  forwards SGLang never makes (run by the suite's launches): {sum(not_managed.values())}"
     )
@@ -751,10 +780,8 @@ def main(argv: list[str] | None = None) -> int:
         m for m in (*sglang_runtime.REQUIRED, "SWEEP", "KV moved without a forward") if not modes[m]
     ]
     print(f"  SGLang's reports of the divergence [20] (draft extend, EAGLE offset): {divergent}")
-    print(f"  the reference's input-assert reports in the draft model's decode: {departures}")
     fired: Counter = Counter()
     outcomes: Counter = Counter()
-    trial_departures = 0
     problems = []
     for kind in FAULTS:
         for mode in modes_settled:
@@ -763,7 +790,6 @@ def main(argv: list[str] | None = None) -> int:
                 outcome, lines, side = fault_trial(kind, index, mode)
                 outcomes[(kind, outcome)] += 1
                 fired.update(side.fired)
-                trial_departures += side.departures
                 problems += [f"{kind} {mode} trial {t}: {line}" for line in lines]
     for index in range(options.trials * 4):  # a flipped cached byte read by a sharing extend
         side = shared_prefix_trial(index)
@@ -775,10 +801,6 @@ def main(argv: list[str] | None = None) -> int:
             f"  {kind}: "
             + ", ".join(f"{o} {n}" for (k, o), n in sorted(outcomes.items()) if k == kind)
         )
-    print(
-        "  the reference's input-assert reports in the draft model's decode, left out: "
-        f"{trial_departures}"
-    )
     print("checks SGLang's runtime fired, reports per forward mode (fault trials):")
     for line in fired_table(fired):
         print("  " + line)

@@ -738,6 +738,9 @@ class Engine:
         self.events[f"forward {mode}" + (" replaying a graph" if graph else "")] += 1
         lens = self._batch_rows(kind, batch, pad, graph)
         written = self._written_tokens(batch, mode)
+        # the write's input assert is off in every decode of the draft model (the EAGLE
+        # offset), as SGLang's SingleForwardManager turns it off (is_eagle_draft_decode)
+        assert_off = bool(self._draft) or self._draft_model_decode(mode)
         bs = len(batch) + pad
         # padding rows stand anywhere in the batch; a graph's at the tail
         order = np.arange(bs) if graph else self.rng.permutation(bs)
@@ -782,9 +785,9 @@ class Engine:
             write=dict(
                 input_ids=ids,
                 positions=positions,
-                expected_input_tokens=None if self._draft else expected,
-                expected_input_positions=None if self._draft else positions.copy(),
-                enable_write_input_assert=not self._draft,
+                expected_input_tokens=None if assert_off else expected,
+                expected_input_positions=None if assert_off else positions.copy(),
+                enable_write_input_assert=not assert_off,
             ),
             groups=tuple(groups),
             mode=mode,
@@ -897,7 +900,8 @@ class Engine:
         position the batch writes, request by request; the page table names each slot now.
         The expected input is the token oracle's in ``DECODE`` and ``IDLE``, and the input
         token itself in every extend mode (``EXTEND``, ``MIXED``, ``TARGET_VERIFY``), as
-        SGLang's ``TokenOracleManager.fill_expected_inputs`` makes it."""
+        SGLang's ``TokenOracleManager.fill_expected_inputs`` makes it; in a decode of the draft
+        model, whose input assert is off, the token itself."""
         c = self.config
         ids, positions, slots, expected = [], [], [], []
         for req, e in batch:
@@ -910,13 +914,22 @@ class Engine:
                 else:
                     token = drafted[0][i] if drafted else req.tokens[pos + c.offset]
                 ids.append(token)
-                oracle = mode in ORACLE_MODES and req.rid not in self._draft
+                oracle = (
+                    mode in ORACLE_MODES
+                    and req.rid not in self._draft
+                    and not self._draft_model_decode(mode)
+                )
                 expected.append(req.truth[pos + c.offset] if oracle else token)
                 positions.append(pos)
                 slots.append(full)
                 self.written_by[(req.rid, pos)] = mode if oracle or mode != "DECODE" else "DRAFT"
                 self.written_at[(req.rid, pos)] = self.steps
         return [np.asarray(x, dtype=np.int64) for x in (ids, positions, slots, expected)]
+
+    def _draft_model_decode(self, mode: str) -> bool:
+        """Whether a forward in ``mode`` is a decode of the draft model's canary (the EAGLE
+        offset), whose input assert SGLang turns off."""
+        return bool(self.config.offset) and mode == "DECODE"
 
     @staticmethod
     def _in_plan_order(batch, order: np.ndarray, arrays: list[np.ndarray]) -> list[np.ndarray]:

@@ -600,7 +600,9 @@ class NextTokenSwap(FaultClass):
     """``perturb/next_token_swap.py``: two requests' sampled next tokens are swapped, so each
     writes the other's token: reported by the ``HEAD`` and the ``TAIL`` write of each, in every
     group, with ``WRITE_TOKEN``, in every hash mode, at the slots the settle writes them to,
-    when a ``DECODE`` forward writes it. An extend mode (``EXTEND``, ``MIXED``,
+    when a ``DECODE`` forward of the target model writes it (the draft model's canary, with the
+    EAGLE offset, has its input assert off in every decode, as SGLang's has: it never sees
+    it). An extend mode (``EXTEND``, ``MIXED``,
     ``TARGET_VERIFY``) expects its input ids as they are (SGLang's token oracle manager), and
     the expected-token pool holds the swapped token too: a swapped token such a forward writes
     is never reported."""
