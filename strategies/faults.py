@@ -133,6 +133,9 @@ class FaultClass:
     #: offset) has a place for it
     settle_mode = "DECODE"
     target_model_only = False
+    #: whether the draft model's canary (the EAGLE offset) can see it at all (False: only a
+    #: check it has off reports it)
+    seen_by_draft_model = True
     #: whether it hands a page a request still names to another request: under a window the
     #: first request's ``SWA`` verify may then read, through the page's new SWA slots, records
     #: the new owner has not written yet (stale memory, with any reason bits, ``REAL_KV``
@@ -609,6 +612,7 @@ class NextTokenSwap(FaultClass):
 
     name = "next_token_swap"
     description = "two requests' sampled tokens are swapped"
+    seen_by_draft_model = False  # its decodes have the input assert off
     unseen_in = {
         mode: f"a {mode} forward writes the swapped token, and an extend mode's expected input is "
         "its input id; the expected-token pool holds the swapped token too"
