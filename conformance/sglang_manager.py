@@ -99,7 +99,6 @@ from conformance.engine_support import (
 )
 from conformance.sglang_runtime import (
     ForwardBatchStandIn,
-    RadixCacheStandIn,
     _package,
     _tensor,
     sglang_root,
@@ -459,18 +458,10 @@ class ManagerRun(ImplRun):
     def sweep_step(self, step: Sweep) -> None:
         """SGLang's ``SweepOrchestrator`` at a sweep of the engine, over the stand-in prefix
         cache whose walk is the engine model's (every slot its cached prefixes hold)."""
-        full = step.group("FULL")
         self.table.copy_(torch.from_numpy(self.engine.req_to_token))
         if self.lut is not None:
             self.lut.copy_(torch.from_numpy(self.engine.lut))
-        cache = RadixCacheStandIn(
-            req_to_token_pool=types.SimpleNamespace(req_to_token=self.table),
-            walk=types.SimpleNamespace(
-                slot_indices=_tensor(full.slots), positions=_tensor(full.positions),
-                prev_slot_indices=_tensor(full.prev_slots),
-            ),
-        )  # fmt: skip
-        self.sweeper.attach_radix_cache(cache)
+        self.sweeper.attach_radix_cache(sglang_runtime.swept_cache(self.table, step))
         self.steps += 1
         self.sweeper.maybe_run_sweep()
 
@@ -746,13 +737,28 @@ def fired_table(fired: Counter) -> list[str]:
     return lines
 
 
+def _positive(text: str) -> int:
+    """A count of at least 1 (0 would let the leg pass without running it)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m conformance.sglang_manager", description=__doc__
     )
-    parser.add_argument("--histories", type=int, default=HISTORIES)
-    parser.add_argument("--trials", type=int, default=TRIALS, help="fault trials a class and mode")
+    parser.add_argument("--histories", type=_positive, default=HISTORIES)
+    parser.add_argument(
+        "--trials", type=_positive, default=TRIALS, help="fault trials a class and mode"
+    )
     options = parser.parse_args(argv)
+    try:
+        modules()
+    except ImportError as error:  # no sglang, or one without the runtime
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     from strategies.faults import FAULTS
 
     modes_settled = (*SETTLE_MODES, *DRAFT_SETTLE_MODES)

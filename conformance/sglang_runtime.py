@@ -327,21 +327,27 @@ def sweep_builder() -> types.ModuleType:
     return importlib.import_module("sglang.srt.kv_canary.sweep_plan_builder")
 
 
-def compare_sweep(engine: Engine, sweep) -> list[str]:
-    """SGLang's ``build_verify_plan_radix_sweep`` over the engine model's cache walk (its
-    ``FULL`` group's entries), per buffer group, against the engine model's sweep: the
-    differing entries as lines. What is compared is SGLang's assembly of the plan and its
-    translation of the walk into the ``SWA`` group's slots (evicted slots 0, the anchor kept);
-    the walk itself is the stand-in's."""
+def swept_cache(req_to_token: torch.Tensor, sweep) -> RadixCacheStandIn:
+    """The stand-in prefix cache of a sweep: the page table SGLang's pool holds, and as its
+    walk the sweep's ``FULL`` group (every slot the engine model's cached prefixes hold)."""
     full = sweep.group("FULL")
-    cache = RadixCacheStandIn(
-        req_to_token_pool=types.SimpleNamespace(req_to_token=_tensor(engine.req_to_token)),
+    return RadixCacheStandIn(
+        req_to_token_pool=types.SimpleNamespace(req_to_token=req_to_token),
         walk=types.SimpleNamespace(
             slot_indices=_tensor(full.slots),
             positions=_tensor(full.positions),
             prev_slot_indices=_tensor(full.prev_slots),
         ),
     )
+
+
+def compare_sweep(engine: Engine, sweep) -> list[str]:
+    """SGLang's ``build_verify_plan_radix_sweep`` over the engine model's cache walk (its
+    ``FULL`` group's entries), per buffer group, against the engine model's sweep: the
+    differing entries as lines. What is compared is SGLang's assembly of the plan and its
+    translation of the walk into the ``SWA`` group's slots (evicted slots 0, the anchor kept);
+    the walk itself is the stand-in's."""
+    cache = swept_cache(_tensor(engine.req_to_token), sweep)
     lines = []
     for group in sweep.groups:
         window = engine.config.swa_window if group.group == "SWA" else 0
