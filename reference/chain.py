@@ -9,6 +9,7 @@ changes, so a launch that raises leaves every array untouched.
 from __future__ import annotations
 
 import dataclasses
+import struct
 from dataclasses import dataclass
 from typing import cast
 
@@ -179,6 +180,8 @@ def write(
             f"got {offsets.shape[0]}"
         )
     active = _clamp(int(plan.write_num_valid_reqs[0]), 0, capacity)
+    # the loops below read entries one by one: Python ints, not numpy scalars
+    slot_of = slots.tolist()
 
     request_ranges = []
     for request in range(active):
@@ -193,13 +196,13 @@ def write(
             _check_slot_index(seed, num_slots, f"plan.write_seed_slot_indices[{request}]")
         request_ranges.append((begin, end, seed))
         for entry in range(begin, end):
-            _check_slot_index(int(slots[entry]), num_slots, f"out_cache_loc[{entry}]", skip=True)
+            _check_slot_index(slot_of[entry], num_slots, f"out_cache_loc[{entry}]", skip=True)
 
     written_entries = [
         entry
         for begin, end, _ in request_ranges
         for entry in range(begin, end)
-        if slots[entry] >= 0
+        if slot_of[entry] >= 0
     ]
     real_kv_hashes = fingerprint(
         state.real_kv_sources, slots[written_entries], mode=state.real_kv_hash_mode
@@ -210,6 +213,12 @@ def write(
 
     position_assert_enabled = int(state.enable_chain_position_assert[0]) != 0
     kind = int(state.kernel_kind)
+    token_of, position_of = tokens.tolist(), token_positions.tolist()
+    if enable_write_input_assert:
+        expected_token_of, expected_position_of = (
+            expected_tokens.tolist(),
+            expected_positions.tolist(),
+        )
     # Validation is over, and every field is read; from here on the launch mutates state.
     np.add(state.kernel_run_counter, 1, out=state.kernel_run_counter)
 
@@ -220,15 +229,15 @@ def write(
         check_positions = seed >= 0 and position_assert_enabled
         prev_pos = _load_field(state.canary_buf, seed, CanaryField.POSITION) if seed >= 0 else 0
         for entry in range(begin, end):
-            slot = int(slots[entry])
+            slot = slot_of[entry]
             if slot < 0:
                 continue
-            token = int(tokens[entry])
-            pos = int(token_positions[entry])
+            token = token_of[entry]
+            pos = position_of[entry]
 
             if enable_write_input_assert:
-                expected_token = int(expected_tokens[entry])
-                expected_pos = int(expected_positions[entry])
+                expected_token = expected_token_of[entry]
+                expected_pos = expected_position_of[entry]
                 bits = 0
                 if token != expected_token:
                     bits |= FailReason.WRITE_TOKEN_MISMATCH
@@ -313,15 +322,19 @@ def verify(state: CanaryState, plan: VerifyPlan, *, check_verify_expected_token:
         np.add(state.kernel_run_counter, 1, out=state.kernel_run_counter)
         return
     active = _clamp(int(plan.verify_num_valid[0]), 0, capacity)
+    # the loops below read entries one by one: Python ints, not numpy scalars
+    slot_of, prev_of = slots[:active].tolist(), prev_slots[:active].tolist()
+    position_of = expected_positions[:active].tolist()
+    token_of = None if expected_tokens is None else expected_tokens[:active].tolist()
 
     for entry in range(active):
-        _check_slot_index(int(slots[entry]), num_slots, f"plan.verify_slot_indices[{entry}]")
-        prev = int(prev_slots[entry])
+        _check_slot_index(slot_of[entry], num_slots, f"plan.verify_slot_indices[{entry}]")
+        prev = prev_of[entry]
         if prev >= 0:
             _check_slot_index(prev, num_slots, f"plan.verify_prev_slot_indices[{entry}]")
 
     # Slot 0 is the padding slot: it is never checked, so its KV bytes are never read.
-    checked_entries = [entry for entry in range(active) if slots[entry] != 0]
+    checked_entries = [entry for entry in range(active) if slot_of[entry] != 0]
     current_real_kv = fingerprint(
         state.real_kv_sources, slots[checked_entries], mode=state.real_kv_hash_mode
     )
@@ -335,11 +348,11 @@ def verify(state: CanaryState, plan: VerifyPlan, *, check_verify_expected_token:
     anchor_hash = to_signed64(splitmix64(CANARY_CHAIN_ANCHOR))
 
     for entry in checked_entries:
-        slot = int(slots[entry])
+        slot = slot_of[entry]
         stored_token, stored_pos, stored_prev_hash, stored_real_kv = _load_fields(
             state.canary_buf, slot
         )
-        prev = int(prev_slots[entry])
+        prev = prev_of[entry]
         if prev < 0:
             expected_chain = anchor_hash
         elif prev == 0:
@@ -351,11 +364,11 @@ def verify(state: CanaryState, plan: VerifyPlan, *, check_verify_expected_token:
         if prev != 0 and stored_prev_hash != expected_chain:
             bits |= FailReason.VERIFY_CHAIN_HASH_MISMATCH
         expected_token = -1
-        if expected_tokens is not None:
-            expected_token = int(expected_tokens[entry])
+        if token_of is not None:
+            expected_token = token_of[entry]
             if expected_token != -1 and stored_token != expected_token:
                 bits |= FailReason.VERIFY_TOKEN_MISMATCH
-        if stored_pos != int(expected_positions[entry]):
+        if stored_pos != position_of[entry]:
             bits |= FailReason.VERIFY_POSITION_MISMATCH
         if stored_real_kv != current_real_kv_of_entry[entry]:
             bits |= FailReason.VERIFY_REAL_KV_HASH_MISMATCH
@@ -389,19 +402,26 @@ def _load_field(canary_buf: np.ndarray, slot: int, field: int) -> int:
     return int.from_bytes(raw, "little", signed=True)
 
 
+# A slot's fields, in CanaryField order, as one little-endian int64 each from its first byte
+# (the verify reads four fields of every entry: one unpack, not four slices).
+assert [int(field) for field in CanaryField] == list(range(len(CanaryField)))
+_SLOT_FIELDS = struct.Struct("<" + "q" * len(CanaryField))
+assert _SLOT_FIELDS.size == len(CanaryField) * _FIELD_BYTES
+
+
 def _load_fields(canary_buf: np.ndarray, slot: int) -> tuple[int, int, int, int]:
     # one value per CanaryField, of which there are four
     return cast(
         "tuple[int, int, int, int]",
-        tuple(_load_field(canary_buf, slot, field) for field in CanaryField),
+        _SLOT_FIELDS.unpack(canary_buf[slot, : _SLOT_FIELDS.size].tobytes()),
     )
 
 
 def _store_fields(canary_buf: np.ndarray, slot: int, values: tuple[int, int, int, int]) -> None:
-    for field, value in zip(CanaryField, values, strict=True):
-        start = field * _FIELD_BYTES
-        raw = int(value).to_bytes(_FIELD_BYTES, "little", signed=True)
-        canary_buf[slot, start : start + _FIELD_BYTES] = np.frombuffer(raw, dtype=np.uint8)
+    if len(values) != len(CanaryField):
+        raise ValueError(f"one value per field, got {len(values)}")
+    raw = b"".join(int(value).to_bytes(_FIELD_BYTES, "little", signed=True) for value in values)
+    canary_buf[slot, : len(raw)] = np.frombuffer(raw, dtype=np.uint8)
 
 
 def _emit_violation(state: CanaryState, row: tuple[int, ...]) -> None:

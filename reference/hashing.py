@@ -44,7 +44,7 @@ def to_signed64(value):
     """
     if isinstance(value, np.ndarray):
         return _as_u64_array(value).view(np.int64)
-    unsigned = _as_int(value) & U64_MASK
+    unsigned = (value if type(value) is int else _as_int(value)) & U64_MASK
     return unsigned - (1 << 64) if unsigned & _I64_SIGN_BIT else unsigned
 
 
@@ -73,10 +73,14 @@ def splitmix64_mix3(a, b, c):
 
     Any array argument selects the array path (the others broadcast against it).
     """
-    if any(isinstance(v, np.ndarray) for v in (a, b, c)):
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) or isinstance(c, np.ndarray):
         a_u64, b_u64, c_u64 = (_as_u64_array(v) for v in (a, b, c))
         return _splitmix64_array(_splitmix64_array(_splitmix64_array(a_u64) ^ b_u64) ^ c_u64)
-    a_int, b_int, c_int = (_as_int(v) & U64_MASK for v in (a, b, c))
+    # the chain runs this once per slot: plain ints skip the checks of _as_int
+    if type(a) is int and type(b) is int and type(c) is int:
+        a_int, b_int, c_int = a & U64_MASK, b & U64_MASK, c & U64_MASK
+    else:
+        a_int, b_int, c_int = (_as_int(v) & U64_MASK for v in (a, b, c))
     return _splitmix64_int(_splitmix64_int(_splitmix64_int(a_int) ^ b_int) ^ c_int)
 
 
