@@ -76,6 +76,7 @@ import dataclasses
 import functools
 import importlib
 import logging
+import os
 import sys
 import types
 from collections import Counter
@@ -737,6 +738,50 @@ def fired_table(fired: Counter) -> list[str]:
     return lines
 
 
+#: The README's short names of the modes in the table of fired checks.
+_README_MODES = {
+    "draft DECODE": "DECODE of the draft model",
+    "graph DECODE": "DECODE replaying a graph",
+}
+
+
+def readme_never_cells() -> tuple[str, set[tuple[str, str]]]:
+    """The release of ``conformance/README.md``'s table of the checks SGLang's runtime fired
+    ("Today on X, ..."), and its cells that say the check cannot fire (``cannot``, or a
+    divergence's tag): ``(check, mode)`` pairs, the modes as :func:`fired_table` names them."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent / "README.md").read_text()
+    release = re.search(r"Today on (\S+), the checks SGLang's runtime fired", text)
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    header = next(line for line in lines if line.startswith("| check |"))
+    modes = [_README_MODES.get(m, m) for m in (c.strip() for c in header.strip("|").split("|"))]
+    never = set()
+    for line in lines:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[0] in CHECKS:
+            never |= {
+                (cells[0], mode)
+                for mode, cell in zip(modes[1:], cells[1:], strict=True)
+                if cell == "cannot" or cell.startswith("[")
+            }
+    if release is None or not never:
+        raise LookupError("conformance/README.md has no table of the checks SGLang fired")
+    return release.group(1), never
+
+
+def never_fired(fired: Counter) -> set[tuple[str, str]]:
+    """The (check, mode) cells of :func:`fired_table` that never fired."""
+    modes = {m for m, _, _ in fired}
+    return {
+        (name, mode)
+        for name, bit in CHECKS.items()
+        for mode in modes
+        if not any(m == mode and bits & int(bit) for (m, _, bits) in fired)
+    }
+
+
 def _positive(text: str) -> int:
     """A count of at least 1 (0 would let the leg pass without running it)."""
     value = int(text)
@@ -751,7 +796,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--histories", type=_positive, default=HISTORIES)
     parser.add_argument(
-        "--trials", type=_positive, default=TRIALS, help="fault trials a class and mode"
+        "--trials",
+        type=_positive,
+        default=os.environ.get("CANARY_MANAGER_TRIALS", str(TRIALS)),  # argparse applies type
+        help="fault trials a class and mode (default: CANARY_MANAGER_TRIALS, else %(default)s)",
     )
     options = parser.parse_args(argv)
     try:
@@ -811,6 +859,15 @@ def main(argv: list[str] | None = None) -> int:
     for line in fired_table(fired):
         print("  " + line)
     problems += [f"the correct histories never reached {m}" for m in never]
+    # the README's table, on the release it was made on: a cell it says cannot fire never
+    # does, and every other cell fires
+    release, cannot = readme_never_cells()
+    if release == upstream.installed_version():
+        seen_never = never_fired(fired)
+        for check, mode in sorted(seen_never - cannot):
+            problems.append(f"{check} never fired in {mode}, which the README says it does")
+        for check, mode in sorted(cannot - seen_never):
+            problems.append(f"{check} fired in {mode}, which the README says it cannot")
     # [20] as an expectation: present on the releases its script reproduces on, so that a fix
     # upstream shows as an unexpected pass, and absent elsewhere
     expected = divergence_expected(20)

@@ -14,7 +14,8 @@
    distribution the wheel requires.
 4. From an empty folder, runs the suite's command ``kv-canary-conformance``, each run with
    ``--canary-report``: the whole suite against a ``.py`` file implementation written into
-   that folder (canary_torch's API under the file's name, the quickest whole run). On
+   that folder (canary_torch's API under the file's name, the quickest whole run; in
+   ``scripts/tests.sh`` this is canary_torch's one whole run, the gate leaving it out). On
    ``canary`` and on the SGLang adapter (with the installed package's expectations file for
    the installed release), whose whole runs the gate and the SGLang leg make inside the
    repository already, it collects the whole suite (``--collect-only``) and runs its stored
@@ -24,7 +25,8 @@
    collecting run, the number of tests collected) with the same suite inside the repository.
    ``compare --inside DIR`` takes those from the runs
    ``scripts/tests.sh`` makes anyway: ``DIR/gate.json`` (the known-bad gate, whose
-   correct-implementation runs are the whole suite on ``canary`` and ``canary_torch``) and
+   correct-implementation run of ``canary`` is the whole suite, which every implementation
+   passes alike: the file's counts are compared with it) and
    ``DIR/sglang.json`` (the SGLang leg's report); the whole check without a command makes
    those runs itself.
 6. Shows that it can fail: with ``hypothesis`` uninstalled from the fresh environment, the
@@ -296,7 +298,7 @@ def outside_runs(python: Path, folder: Path) -> list[Run]:
             f"the file {FILE_IMPL_NAME}",
             ("--canary-impl", f"./{FILE_IMPL_NAME}", *common),
             Path(FILE_IMPL_NAME).stem,
-            "canary_torch",
+            "canary",  # the same whole suite, passed alike by every correct implementation
         ),
         Run("canary, collected", (*canary, "--collect-only"), "canary", "canary", "collect"),
         Run("canary, its stored vectors", (*canary, *VECTORS), "canary", "canary", "vectors"),
@@ -367,7 +369,7 @@ def inside_counts_by_running(workdir: Path) -> dict[str, dict]:
         require(run(command, cwd=ROOT, env={**os.environ, "CI": "true"}), f"the suite on {impl}")
         return impl, json.loads(report.read_text())["tests"]
 
-    impls = ("canary", "canary_torch", "conformance.adapters.sglang")
+    impls = ("canary", "conformance.adapters.sglang")
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(pool.map(one, impls))
 

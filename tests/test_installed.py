@@ -87,7 +87,7 @@ def test_counts_are_compared_run_by_run(tmp_path, capsys):
     }
     runs = [
         {"name": "canary", "inside_impl": "canary", "tests": {"passed": 461}},
-        {"name": "a file", "inside_impl": "canary_torch", "tests": {"passed": 461}},
+        {"name": "a file", "inside_impl": "canary", "tests": {"passed": 461}},
         {
             "name": "SGLang",
             "inside_impl": "conformance.adapters.sglang",

@@ -215,6 +215,22 @@ def test_only_filters_and_refuses_an_empty_selection(capsys):
     assert caught.value.code == 2
 
 
+def test_leave_out_drops_exactly_the_named_modules_and_refuses_an_unknown_one(capsys):
+    seen = []
+
+    def runner(target):
+        seen.append(target.module)
+        return fake_runner({t.module: t.expected for t in TARGETS})(target)
+
+    names = [t.module for t in TARGETS]
+    gate.main(["--leave-out", names[0]], targets=TARGETS, runner=runner)
+    assert sorted(seen) == sorted(names[1:])
+    with pytest.raises(SystemExit) as caught:
+        gate.main(["--leave-out", names[0][:-1]], targets=TARGETS, runner=runner)
+    assert caught.value.code == 2
+    assert "--leave-out names no module of the gate" in capsys.readouterr().err
+
+
 def test_bounds_mutants_run_on_the_cpu_only(capsys, monkeypatch):
     """The mutants that read outside their buffers run where the watch masks those reads (the
     CPU) and nowhere else; the gate says it left them out."""

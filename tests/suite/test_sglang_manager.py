@@ -108,3 +108,18 @@ def test_the_leg_compares_sglangs_plans_with_the_references(monkeypatch):
     monkeypatch.setattr(mods.manager, "invoke_plan", off_by_one)
     with pytest.raises(AssertionError, match="write_seed_slot_indices"):
         sm.run_history(3, steps=25)
+
+
+def test_the_readmes_table_of_fired_checks_is_read_and_compared_both_ways():
+    """The leg holds the README's table to its run: a cell that says a check cannot fire is
+    one that never fired, and the other way round (the leg reports each difference)."""
+    from collections import Counter
+
+    release, cannot = sm.readme_never_cells()
+    assert release.count(".") >= 2, release
+    assert ("TOKEN", "SWEEP") in cannot and ("CHAIN", "DECODE") not in cannot
+    bits = int(sm.CHECKS["CHAIN"]) | int(sm.CHECKS["TOKEN"])
+    fired = Counter({("DECODE", 0, bits): 2, ("SWEEP", 0, int(sm.CHECKS["CHAIN"])): 1})
+    never = sm.never_fired(fired)
+    assert ("TOKEN", "SWEEP") in never and ("REAL_KV", "DECODE") in never
+    assert ("CHAIN", "DECODE") not in never and ("TOKEN", "DECODE") not in never
