@@ -77,10 +77,12 @@ import functools
 import importlib
 import logging
 import os
+import re
 import sys
 import types
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -725,16 +727,25 @@ def divergence_expected(tag: int) -> bool | None:
     return first <= order.index(version) <= last
 
 
+def fired_counts(fired: Counter) -> dict[tuple[str, str], int]:
+    """Reports per ``(check, forward mode)``, every mode that ran: 0 where the check never
+    fired there."""
+    modes = sorted({m for m, _, _ in fired})
+    return {
+        (name, mode): sum(n for (m, _, bits), n in fired.items() if m == mode and bits & int(bit))
+        for name, bit in CHECKS.items()
+        for mode in modes
+    }
+
+
 def fired_table(fired: Counter) -> list[str]:
     """The checks SGLang's runtime fired, per forward mode, as markdown rows."""
-    modes = sorted({m for m, _, _ in fired})
+    counts = fired_counts(fired)
+    modes = sorted({mode for _, mode in counts})
     lines = ["| check | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
-    for name, bit in CHECKS.items():
-        cells = [
-            str(sum(n for (m, _, bits), n in fired.items() if m == mode and bits & int(bit)))
-            for mode in modes
-        ]
-        lines.append(f"| {name} | " + " | ".join(c if c != "0" else "never" for c in cells) + " |")
+    for name in CHECKS:
+        cells = [str(counts[name, mode] or "never") for mode in modes]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -749,9 +760,6 @@ def readme_never_cells() -> tuple[str, set[tuple[str, str]]]:
     """The release of ``conformance/README.md``'s table of the checks SGLang's runtime fired
     ("Today on X, ..."), and its cells that say the check cannot fire (``cannot``, or a
     divergence's tag): ``(check, mode)`` pairs, the modes as :func:`fired_table` names them."""
-    import re
-    from pathlib import Path
-
     text = (Path(__file__).resolve().parent / "README.md").read_text()
     release = re.search(r"Today on (\S+), the checks SGLang's runtime fired", text)
     lines = [line for line in text.splitlines() if line.startswith("| ")]
@@ -771,15 +779,17 @@ def readme_never_cells() -> tuple[str, set[tuple[str, str]]]:
     return release.group(1), never
 
 
-def never_fired(fired: Counter) -> set[tuple[str, str]]:
-    """The (check, mode) cells of :func:`fired_table` that never fired."""
-    modes = {m for m, _, _ in fired}
-    return {
-        (name, mode)
-        for name, bit in CHECKS.items()
-        for mode in modes
-        if not any(m == mode and bits & int(bit) for (m, _, bits) in fired)
-    }
+def table_problems(fired: Counter, cannot: set[tuple[str, str]]) -> list[str]:
+    """Where the run's fired checks disagree with a table whose ``cannot`` cells never fire
+    and whose other cells do (:func:`readme_never_cells`)."""
+    never = {cell for cell, n in fired_counts(fired).items() if n == 0}
+    return [
+        f"{check} never fired in {mode}, which the README says it does"
+        for check, mode in sorted(never - cannot)
+    ] + [
+        f"{check} fired in {mode}, which the README says it cannot"
+        for check, mode in sorted(cannot - never)
+    ]
 
 
 def _positive(text: str) -> int:
@@ -863,11 +873,7 @@ def main(argv: list[str] | None = None) -> int:
     # does, and every other cell fires
     release, cannot = readme_never_cells()
     if release == upstream.installed_version():
-        seen_never = never_fired(fired)
-        for check, mode in sorted(seen_never - cannot):
-            problems.append(f"{check} never fired in {mode}, which the README says it does")
-        for check, mode in sorted(cannot - seen_never):
-            problems.append(f"{check} fired in {mode}, which the README says it cannot")
+        problems += table_problems(fired, cannot)
     # [20] as an expectation: present on the releases its script reproduces on, so that a fix
     # upstream shows as an unexpected pass, and absent elsewhere
     expected = divergence_expected(20)

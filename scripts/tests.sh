@@ -4,8 +4,8 @@
 # must pass on canary and its correct variant and fail on every known-bad module); the SGLang
 # leg; the installed-package check (the wheel in a fresh environment, the suite's command run
 # from an empty folder, where canary_torch passes the whole suite as a file implementation:
-# its one whole run here, so the gate leaves it out); then the self-tests of canary, reference, strategies, the suite, the tools and
-# the benchmarks' helpers. Extra arguments go to pytest.
+# its one whole run here, so the gate leaves it out); then the self-tests of canary, reference,
+# strategies, the suite, the tools and the benchmarks' helpers. Extra arguments go to pytest.
 source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
 cd "$root"
 # each step says when it starts, in seconds since the script did: where the time goes

@@ -553,6 +553,10 @@ def main(
     if targets is None:
         mutants, correct = load_targets()
         targets = [*mutants, *correct]
+    unknown = sorted(set(args.leave_out) - {t.module for t in targets})
+    if unknown:
+        parser.error(f"--leave-out names no module of the gate: {', '.join(unknown)}")
+    targets = [t for t in targets if t.module not in args.leave_out]
     if not runs_on_cpu(args.device):
         cpu_only = [t for t in targets if t.area == CPU_ONLY_AREA]
         targets = [t for t in targets if t.area != CPU_ONLY_AREA]
@@ -563,10 +567,6 @@ def main(
                 "those reads off)",
                 file=sys.stderr,
             )
-    unknown = sorted(set(args.leave_out) - {t.module for t in targets})
-    if unknown:
-        parser.error(f"--leave-out names no module of the gate: {', '.join(unknown)}")
-    targets = [t for t in targets if t.module not in args.leave_out]
     if args.only:
         targets = [t for t in targets if args.only in t.module]
     if not targets:

@@ -118,8 +118,16 @@ def test_the_readmes_table_of_fired_checks_is_read_and_compared_both_ways():
     release, cannot = sm.readme_never_cells()
     assert release.count(".") >= 2, release
     assert ("TOKEN", "SWEEP") in cannot and ("CHAIN", "DECODE") not in cannot
-    bits = int(sm.CHECKS["CHAIN"]) | int(sm.CHECKS["TOKEN"])
-    fired = Counter({("DECODE", 0, bits): 2, ("SWEEP", 0, int(sm.CHECKS["CHAIN"])): 1})
-    never = sm.never_fired(fired)
+    chain, token = int(sm.CHECKS["CHAIN"]), int(sm.CHECKS["TOKEN"])
+    fired = Counter({("DECODE", 0, chain | token): 2, ("SWEEP", 0, chain): 1})
+    never = {cell for cell, n in sm.fired_counts(fired).items() if n == 0}
     assert ("TOKEN", "SWEEP") in never and ("REAL_KV", "DECODE") in never
     assert ("CHAIN", "DECODE") not in never and ("TOKEN", "DECODE") not in never
+    assert sm.table_problems(fired, never) == []
+    # a cell said to fire that never did, and one said not to fire that did
+    wrong = (never - {("REAL_KV", "DECODE")}) | {("CHAIN", "DECODE")}
+    assert sm.table_problems(fired, wrong) == [
+        "REAL_KV never fired in DECODE, which the README says it does",
+        "CHAIN fired in DECODE, which the README says it cannot",
+    ]
+    assert "| TOKEN | 2 | never |" in sm.fired_table(fired)
