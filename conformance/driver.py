@@ -1,10 +1,10 @@
 """One driver for the launches an engine makes, on an implementation and on the reference
 (CONTRACT §6, §7, §12, §13, §15).
 
-A step is a :class:`strategies.engine.Forward` (the scatter of the batch's token snapshots,
+A step is a :class:`engine_model.engine.Forward` (the scatter of the batch's token snapshots,
 then per buffer group the plan and the ``HEAD`` verify and write, the forward's KV stores, then
 per group the ``TAIL`` verify and write: SGLang's bracket of a forward) or a
-:class:`strategies.engine.Sweep` (per group, a verify of every slot the prefix cache holds,
+:class:`engine_model.engine.Sweep` (per group, a verify of every slot the prefix cache holds,
 under the group's ``SWEEP`` tag). :class:`ReferenceSide` runs a step on the numpy reference,
 :class:`ImplementationSide` on an implementation's tensors, and :func:`run_step` runs it on both
 and compares them after every launch: the expected-token pool after the scatter, a group's
@@ -32,7 +32,7 @@ import reference
 import strategies as st_kv
 from conformance.assertions import fail, to_numpy
 from conformance.write_verify_support import Snapshot, assert_same_state
-from strategies.engine import STAGES, Forward, GroupLaunch, Move, Sweep, SweepGroup
+from engine_model.engine import STAGES, Forward, GroupLaunch, Move, Sweep, SweepGroup
 
 __all__ = [
     "PLAN_FIELDS",

@@ -1,12 +1,12 @@
 """Engine histories run on an implementation and on the reference (CONTRACT §6, §7, §12, §13).
 
-:class:`OracleRun` runs the launches of a :class:`strategies.engine.Engine` on the numpy
+:class:`OracleRun` runs the launches of a :class:`engine_model.engine.Engine` on the numpy
 reference: the scatter into the expected-token pool, the plan, verify, the forward's KV bytes
 and write, and the cache sweep, in the order an engine makes them. :class:`ImplRun` runs the
 same launches on an implementation's tensors, and :func:`run_step` runs one step on both and
 compares them after every launch. :func:`inject_and_settle` makes a fault, runs
 :data:`SETTLE`, a short run of steps after it, and holds the reports to what its class
-predicts (:mod:`strategies.faults`).
+predicts (:mod:`engine_model.faults`).
 
 Both runs start from one world: a canary slot per slot of the pool (SWA slots under a window),
 one flat source of 32 KV bytes per slot, a ring wide enough for every report of a history, the
@@ -25,9 +25,9 @@ import strategies as st_kv
 from conformance import driver
 from conformance.assertions import fail_bits_name
 from conformance.driver import SWEEP, ImplementationSide, ReferenceSide
-from strategies import faults
-from strategies.engine import GROUPS, KV_BYTES, PREFILL, STAGES, Engine, Forward, Move, Sweep
-from strategies.faults import Due, Fault
+from engine_model import faults
+from engine_model.engine import GROUPS, KV_BYTES, PREFILL, STAGES, Engine, Forward, Move, Sweep
+from engine_model.faults import Due, Fault
 
 __all__ = [
     "RING_CAPACITY",
@@ -299,7 +299,7 @@ def inject_and_settle(
     """Make a fault of class ``kind`` (``flip(group, slot, byte)`` changes the
     implementation's KV too), run its own steps (a faulty move) and :data:`SETTLE` through
     ``run``, and judge the reports by what the class predicts
-    (:mod:`strategies.faults`): ``(fault, problems, first)`` with ``first`` the number of steps
+    (:mod:`engine_model.faults`): ``(fault, problems, first)`` with ``first`` the number of steps
     after the fault until the first report (None: none), or None when the engine has no place
     for the fault or too few free pages (or SWA slots) to settle. ``made``: a fault of the
     class already made in ``engine`` by other code (SGLang's own perturbation), judged the

@@ -30,9 +30,9 @@ from conformance.driver import (
     run_step,
 )
 from conformance.support import import_impl_lines
+from engine_model.engine import KV_BYTES, Forward, GroupLaunch
+from engine_model.faults import REQ_TO_TOKEN
 from strategies.batches import EngineBatch, ScatterBatch, distinct_values
-from strategies.engine import KV_BYTES, Forward, GroupLaunch
-from strategies.faults import REQ_TO_TOKEN
 
 __all__ = [
     "PLAN_FIELDS",
@@ -194,7 +194,7 @@ def scatter_snippet(impl_name: str, device, batch: ScatterBatch) -> str:
 class TableChange:
     """``req_to_token[row, position]`` set to the slot of ``(other_row, other_position)``
     between two steps of the pipeline: the engine model's ``req_to_token`` fault class
-    (:data:`strategies.faults.REQ_TO_TOKEN`) at a place the test draws from a batch, which has
+    (:data:`engine_model.faults.REQ_TO_TOKEN`) at a place the test draws from a batch, which has
     no engine model to pick it."""
 
     row: int

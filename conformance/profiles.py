@@ -175,7 +175,7 @@ def layout_sizes() -> dict:
 
 def engine_sizes() -> dict:
     """Engines of ``conformance/test_engine.py`` on this run's device (keywords of
-    :func:`strategies.engine_configs`): a few dozen slots under the interpreter, thousands on a GPU."""
+    :func:`strategies.engines.engine_configs`): a few dozen slots under the interpreter, thousands on a GPU."""
     if ON_CPU:
         return dict(max_pages=24, max_context_len=16, max_rows=6)
     return dict(max_pages=4096, max_context_len=1024, max_rows=64)

@@ -9,14 +9,14 @@ would capture them, the token oracle's expected inputs, ``PlanInput``, the plan 
 group and the ``HEAD`` launches of its endpoints (``endpoint.py``, ``runner/kernel_launcher.py``),
 the forward, and the ``TAIL`` launches; its cache sweep runs through ``runner/sweep.py``
 (``SweepOrchestrator``, with ``sweep_plan_builder.py``). This leg runs all of that, unmodified
-and on the CPU, on every step of engine-model histories (``strategies/engine.py``), beside the
+and on the CPU, on every step of engine-model histories (``engine_model/engine.py``), beside the
 reference's run of the same steps (``conformance.engine_support.OracleRun``), and after every
 step requires SGLang's state to equal the reference's: each endpoint's canary buffer, the
 violation ring and its write index, the expected-token pool, and each launch tag's run
 counters. KV moved without a forward (a retraction's restore, a relocation, a PD transfer) is
 copied on both sides alike, as the engine does.
 
-Then it makes faults of every class of :mod:`strategies.faults` in such histories, runs the
+Then it makes faults of every class of :mod:`engine_model.faults` in such histories, runs the
 class's settle through SGLang's runtime and the reference side by side (the decodes of the
 settle in each of :data:`conformance.engine_support.SETTLE_MODES`, and in the draft model's
 own forwards), and requires the same reports of both, where the class predicts them. From
@@ -106,7 +106,7 @@ from conformance.sglang_runtime import (
     _tensor,
     sglang_root,
 )
-from strategies.engine import PREFILL, Engine, Forward, Move, Sweep
+from engine_model.engine import PREFILL, Engine, Forward, Move, Sweep
 
 #: Histories the leg runs by default, and fault trials.
 HISTORIES = 12
@@ -662,7 +662,7 @@ def fault_trial(kind: str, index: int, mode: str) -> tuple[str, list[str], Manag
     ``(outcome, problems, side)``: ``reported``, ``silent`` (nothing due, nothing reported)
     or ``no place``."""
     from conformance.engine_support import inject_and_settle, warm_up
-    from strategies.faults import FAULTS
+    from engine_model.faults import FAULTS
 
     cls = FAULTS[kind]
     base = dataclasses.replace(sglang_runtime.config(index), seed=9500 + index, mode=index % 3)
@@ -692,7 +692,7 @@ def shared_prefix_trial(index: int) -> ManagerRun:
     reference side by side (equal after every step); the runtime side, whose ``fired`` counts
     the reports (``REAL_KV`` in ``EXTEND`` where the flipped slot is in the shared part)."""
     from conformance.engine_support import warm_up
-    from strategies import faults
+    from engine_model import faults
 
     base = dataclasses.replace(sglang_runtime.config(index), seed=9900 + index, mode=2, offset=0)
     engine = Engine(base)
@@ -817,7 +817,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as error:  # no sglang, or one without the runtime
         print(f"error: {error}", file=sys.stderr)
         return 2
-    from strategies.faults import FAULTS
+    from engine_model.faults import FAULTS
 
     modes_settled = (*SETTLE_MODES, *DRAFT_SETTLE_MODES)
 

@@ -5,7 +5,7 @@
 SGLang builds the plan kernel's per-row inputs, on every forward, in its runtime
 (``sglang/srt/kv_canary/plan_input.py``: ``PlanInput.fill_from_forward_batch``, one branch per
 ``ForwardMode``), from the fields of SGLang's ``ForwardBatch``. The engine model
-(``strategies/engine.py``) builds the same inputs from its own state. This leg runs SGLang's
+(``engine_model/engine.py``) builds the same inputs from its own state. This leg runs SGLang's
 code, unmodified and on the CPU, on a stand-in ``ForwardBatch`` made of each forward of
 :data:`HISTORIES` engine histories, and requires SGLang's ``PlanInput`` to equal the engine
 model's plan inputs, row by row: in every mode the model has (``EXTEND``, ``DECODE``, a decode
@@ -14,7 +14,7 @@ model's multi-step draft decode and its ``DRAFT_EXTEND_V2``, a PD transfer's pre
 prefill engine). It runs SGLang's ``TokenOracleManager.fill_expected_inputs``
 (``token_oracle/oracle_manager.py``) on the same stand-in with SGLang's ``HashOracle``, and
 requires its expected inputs to come from where the engine model's come from: the oracle's
-tokens in the modes of ``strategies.engine.ORACLE_MODES``, the input ids in the others. It
+tokens in the modes of ``engine_model.engine.ORACLE_MODES``, the input ids in the others. It
 prints how many forwards of each mode it compared, and fails when a mode was never reached.
 
 What runs of SGLang: ``plan_input.PlanInput`` (it imports torch alone), ``TokenOracleManager``
@@ -88,7 +88,7 @@ import numpy as np
 import torch
 
 from conformance import upstream
-from strategies.engine import ORACLE_MODES, Engine, EngineConfig, Forward, Move, Sweep
+from engine_model.engine import ORACLE_MODES, Engine, EngineConfig, Forward, Move, Sweep
 
 __all__ = [
     "FORWARD_BATCH_FIELDS",
@@ -459,7 +459,7 @@ def kv_perturbation_trial(kind: str, index: int) -> tuple[str, list[str]]:
     mode reads no flipped byte, or the slot left the window), ``unchanged`` or ``no room to
     settle``."""
     from conformance.engine_support import OracleRun, inject_and_settle, warm_up
-    from strategies import faults
+    from engine_model import faults
 
     mods = perturb_modules()
     module, prob = KV_PERTURBATIONS[kind]
@@ -550,7 +550,7 @@ def swap_trial(index: int) -> tuple[str, list[str]]:
     fire). ``(outcome, problems)``: ``reported``, ``unchanged`` (fewer than two tokens, or two
     equal ones) or ``no room to settle``."""
     from conformance.engine_support import OracleRun, inject_and_settle, warm_up
-    from strategies import faults
+    from engine_model import faults
 
     swap = perturb_modules().next_token_swap
     engine = Engine(dataclasses.replace(config(index), offset=0, seed=9700 + index))
@@ -598,7 +598,7 @@ def perturbation_trial(index: int) -> tuple[str, list[str]]:
     running request's`` (no running request reads the entry: no report may come),
     ``unchanged`` or ``no room to settle``."""
     from conformance.engine_support import OracleRun, inject_and_settle, warm_up
-    from strategies import faults
+    from engine_model import faults
 
     mods = perturb_modules()
     engine = Engine(dataclasses.replace(config(index), offset=0, seed=9100 + index))
@@ -690,7 +690,7 @@ def forward_batch(forward: Forward) -> ForwardBatchStandIn | None:
 def expected_inputs(forward: Forward) -> list[str] | None:
     """SGLang's ``TokenOracleManager.fill_expected_inputs`` for ``forward`` against the engine
     model's choice of expected inputs: the token oracle's in the modes of
-    :data:`strategies.engine.ORACLE_MODES`, the input ids in the others. The differing entries
+    :data:`engine_model.engine.ORACLE_MODES`, the input ids in the others. The differing entries
     as lines, or None for a forward SGLang never makes or one whose input assert is off."""
     batch = forward_batch(forward)
     if batch is None or forward.write["expected_input_tokens"] is None:

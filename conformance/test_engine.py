@@ -1,7 +1,7 @@
 """The canary as an engine runs it: long histories of an engine model, step by step, in every
 forward mode the model has (extend, decode, mixed, idle, target verify, graph replay), with
-SGLang's own fault classes (CONTRACT §6, §7, §12, §13, §15; ``strategies.engine``,
-``strategies.faults``).
+SGLang's own fault classes (CONTRACT §6, §7, §12, §13, §15; ``engine_model.engine``,
+``engine_model.faults``).
 
 Every step runs the plan, verify and write (and the scatter, or the cache sweep) on the
 implementation and on the reference, and their states must agree after every launch. With no
@@ -33,8 +33,9 @@ from conformance.engine_support import (
     warm_up,
 )
 from conformance.profiles import engine_sizes, engine_step_sizes, examples
-from strategies.engine import KV_BYTES, Engine, engine_configs
-from strategies.faults import FAULT_KINDS, FAULTS
+from engine_model.engine import KV_BYTES, Engine
+from engine_model.faults import FAULT_KINDS, FAULTS
+from strategies.engines import engine_configs
 
 pytestmark = pytest.mark.plan
 

@@ -5,6 +5,7 @@ PACKAGES = (
     "canary",
     "canary_torch",
     "reference",
+    "engine_model",
     "strategies",
     "conformance",
     "strength",

@@ -203,3 +203,18 @@ def test_description_modules_do_not_import_torch(module):
 def test_the_torch_probe_sees_torch():
     """The probe above is not blind: materialisation imports torch, and it says so."""
     assert imports_torch("strategies.materialize")
+
+
+@pytest.mark.parametrize("module", ["engine_model", "engine_model.faults"])
+def test_the_engine_model_imports_neither_torch_nor_the_strategies(module):
+    """The engine model is an oracle beside :mod:`reference`: importing it loads no torch, and
+    nothing of :mod:`strategies` (whose package re-exports the torch-bound materialisation)."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(ROOT)!r}); import {module}\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'strategies'}))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 0, f"importing {module} failed:\n{result.stderr}"
+    assert result.stdout.split() == ["[]"], f"importing {module} loads {result.stdout.strip()}"

@@ -147,7 +147,7 @@ def test_sglangs_req_to_token_perturbation_is_judged_by_the_class(monkeypatch):
     """SGLang's own perturbation, made on the engine model, is reported where the req_to_token
     class predicts; a prediction at a slot no report names fails the trial."""
     assert sr.perturbation_trial(0) == ("reported", [])
-    from strategies import faults
+    from engine_model import faults
 
     cls = faults.FAULTS["req_to_token"]
     monkeypatch.setattr(cls, "due", lambda engine, fault, buffers: ([faults.Due(10**6, 1)], False))
@@ -161,7 +161,7 @@ def test_sglangs_kv_perturbations_are_judged_by_their_class(monkeypatch, kind):
     copies of the reference's KV pools, flip the byte their class predicts is reported (history
     1: mode PARTIAL, which reads byte 0); a prediction at a slot no report names fails."""
     assert sr.kv_perturbation_trial(kind, 1) == ("reported", [])
-    from strategies import faults
+    from engine_model import faults
 
     monkeypatch.setattr(
         faults.FAULTS[kind], "due", lambda engine, fault, buffers: ([faults.Due(10**6, 4)], False)
@@ -175,7 +175,7 @@ def test_sglangs_next_token_swap_is_judged_by_the_class(monkeypatch):
     next_token_swap class predicts (WRITE_TOKEN at the slots the decodes write them to); a
     prediction at a slot no report names fails the trial."""
     assert sr.swap_trial(0) == ("reported", [])
-    from strategies import faults
+    from engine_model import faults
 
     monkeypatch.setattr(
         faults.FAULTS["next_token_swap"], "due_after_settle",

@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reference import FailReason, RealKvHashMode
-from strategies.engine import KV_BYTES
-from strategies.faults import (
+from engine_model.engine import KV_BYTES
+from engine_model.faults import (
     FAULT_KINDS,
     FAULTS,
     KV_BYTE_FAULTS,
@@ -16,6 +15,7 @@ from strategies.faults import (
     READ_BYTES,
     UNSEEABLE,
 )
+from reference import FailReason, RealKvHashMode
 from tools import detection_table as dt
 
 REAL_KV = FailReason.VERIFY_REAL_KV_HASH_MISMATCH

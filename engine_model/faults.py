@@ -2,7 +2,7 @@
 
 A fault class says, in one place, everything the suite knows of it: its one-line
 :attr:`~FaultClass.description` (the detection table's first column), how it is made in an
-:class:`strategies.engine.Engine` (:meth:`~FaultClass.make`: at the place ``pick`` chooses
+:class:`engine_model.engine.Engine` (:meth:`~FaultClass.make`: at the place ``pick`` chooses
 among those the next step can see, changing the engine's state, and returning a :class:`Fault`),
 and which reports it predicts in each hash mode: :meth:`~FaultClass.due`, judged when it is
 made, from the records the reference's buffers hold then, and
@@ -10,7 +10,7 @@ made, from the records the reference's buffers hold then, and
 token is written to), or that nothing is promised (the fault left the sliding window unseen).
 Each :class:`Due` names the launches that must report it, by launch tag: a forward verifies and
 writes each buffer group's ``HEAD`` buffer (no real-KV source) and ``TAIL`` buffer (the group's
-KV pool), and a sweep verifies the tail buffer under ``SWEEP`` (:mod:`strategies.engine`).
+KV pool), and a sweep verifies the tail buffer under ``SWEEP`` (:mod:`engine_model.engine`).
 
 :data:`FAULTS` is the registry: SGLang's five self-test perturbations
 (``sglang/srt/kv_canary/perturb/``), then two allocator bugs, three of the prefix cache (a
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 
 import reference
+from engine_model.engine import FULL, KV_BYTES, PREFILL, SWA, Engine, pick_from
 from reference import CanaryField, FailReason, RealKvHashMode
-from strategies.engine import FULL, KV_BYTES, PREFILL, SWA, Engine, pick_from
 
 __all__ = [
     "FAULTS",
@@ -485,12 +485,12 @@ class LockedNodeEvicted(FaultClass):
 
 class _Rebind(_TableFault):
     """A radix insert that rebinds wrongly: a request admitted with the tokens of a cached
-    prefix's first ``n`` pages, computed again (:meth:`strategies.engine.Engine.admit_twin`),
+    prefix's first ``n`` pages, computed again (:meth:`engine_model.engine.Engine.admit_twin`),
     prefills them and one token more (its own step) and is inserted
-    (:meth:`strategies.engine.Engine.rebind` with :attr:`fault`): its first ``n`` pages are
+    (:meth:`engine_model.engine.Engine.rebind` with :attr:`fault`): its first ``n`` pages are
     duplicates of the cache's. ``n`` is the fewest pages whose positions in the request's window
     then still have their SWA slots (the model rebinds only where they do:
-    :meth:`strategies.engine.Engine.tree_match`)."""
+    :meth:`engine_model.engine.Engine.tree_match`)."""
 
     fault = ""
     spare_pages = 0  # cached pages the fault needs past the ``n`` rebound
@@ -959,7 +959,7 @@ def _seen(engine: Engine, buf: np.ndarray, kv: np.ndarray | None, slots: list[in
 
 
 class _MoveFault(FaultClass):
-    """KV that moves without a forward (:class:`strategies.engine.Move`) goes wrong in the
+    """KV that moves without a forward (:class:`engine_model.engine.Move`) goes wrong in the
     ``FULL`` pool; the move is the fault's own step, and its prediction is judged once the move
     ran: :func:`first_report` of the destination's records and KV against the source's, for
     each launch that verifies the moved positions next (:attr:`stages`)."""
@@ -1012,7 +1012,7 @@ class _MoveFault(FaultClass):
 
 class _Reload(_MoveFault):
     """A cached prefix no request uses is offloaded to the host and reloaded into other pages
-    (HiCache, :meth:`strategies.engine.Engine.relocate`), but one half of what a slot holds
+    (HiCache, :meth:`engine_model.engine.Engine.relocate`), but one half of what a slot holds
     stays behind: reported by the ``FULL`` group's cache sweep (the settle's last step) at the
     first moved position whose record or KV differs from the source's, with the reasons
     :func:`first_report` gives; nothing where they agree."""
@@ -1050,7 +1050,7 @@ class RecordsMovedWithoutKv(_Reload):
 
 
 class _Transfer(_MoveFault):
-    """A PD transfer (:meth:`strategies.engine.Engine.receive`: the prefill engine's forward,
+    """A PD transfer (:meth:`engine_model.engine.Engine.receive`: the prefill engine's forward,
     its pages sent page by page with the records spliced in, received into this engine's
     pages) goes wrong for whole pages: reported by the ``FULL`` group's next ``HEAD`` and
     ``TAIL`` verifies of the received request (the first in the settle where it decodes), at

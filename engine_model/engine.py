@@ -50,7 +50,7 @@ slots (SGLang's SWA endpoint translates the full slots through the table) and th
 forward stores in the group's pool. A sweep verifies each group's tail buffer.
 
 The faults an engine can make, SGLang's self-test perturbations plus two allocator bugs, are
-the fault classes of :mod:`strategies.faults`, each one object that makes its fault in an
+the fault classes of :mod:`engine_model.faults`, each one object that makes its fault in an
 :class:`Engine` and says what it must cause.
 
 Torch-free and deterministic: the same calls on the same :class:`EngineConfig` give the same
@@ -65,11 +65,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import hypothesis.strategies as st
 import numpy as np
 
 from reference import REQ_POOL_IDX_PADDING, RealKvHashMode, window_starts
-from strategies.sizes import check_int
 
 __all__ = [
     "FULL",
@@ -87,7 +85,6 @@ __all__ = [
     "MoveGroup",
     "Sweep",
     "SweepGroup",
-    "engine_configs",
     "pick_from",
 ]
 
@@ -108,6 +105,12 @@ ORACLE_MODES = ("DECODE", "IDLE", "DRAFT_EXTEND_V2")
 #: The engine a step of a PD transfer runs on when it is not the engine that made it: its
 #: prefill engine (:attr:`Engine.peer`), which has buffers of its own.
 PREFILL = "prefill"
+
+
+def _check_int(name: str, value: object, lo: int) -> None:
+    """Refuse a configuration field that is not an int (a bool is not one) of at least ``lo``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise ValueError(f"{name}={value!r} must be an int >= {lo}")
 
 
 def pick_from(items: list, pick: int) -> Any:
@@ -141,12 +144,12 @@ class EngineConfig:
     swa_slots: int = 0  # slots of the SWA pool under a window (0: those of the full pool)
 
     def __post_init__(self) -> None:
-        check_int("page_size", self.page_size, 1)
-        check_int("num_pages", self.num_pages, 2)
-        check_int("pool_rows", self.pool_rows, 2)
-        check_int("context_len", self.context_len, 2)
-        check_int("swa_window", self.swa_window, 0)
-        check_int("swa_slots", self.swa_slots, 0)
+        _check_int("page_size", self.page_size, 1)
+        _check_int("num_pages", self.num_pages, 2)
+        _check_int("pool_rows", self.pool_rows, 2)
+        _check_int("context_len", self.context_len, 2)
+        _check_int("swa_window", self.swa_window, 0)
+        _check_int("swa_slots", self.swa_slots, 0)
         if self.swa_slots and not 2 <= self.swa_slots <= self.num_slots:
             raise ValueError(f"swa_slots must be 0 or 2 to num_slots: {self!r}")
         if self.offset not in (0, 1) or self.mode not in tuple(RealKvHashMode):
@@ -167,55 +170,6 @@ class EngineConfig:
         if group == SWA:
             return self.swa_slots or self.num_slots
         return self.num_slots
-
-
-@st.composite
-def engine_configs(
-    draw,
-    *,
-    max_pages: int = 24,
-    max_context_len: int = 16,
-    max_rows: int = 6,
-    min_slots: int = 12,
-    min_rows: int = 3,
-    small_swa: bool = True,
-    modes=tuple(int(m) for m in RealKvHashMode),
-) -> EngineConfig:
-    """Engines of up to ``max_pages`` pages of 1, 2 or 4 slots and ``max_rows`` pool rows of up
-    to ``max_context_len`` positions (the defaults run many steps under the interpreter), with
-    and without a sliding window and the EAGLE offset, in every hash mode::
-
-        engine_configs(max_pages=24, max_context_len=16)
-    """
-    page_size = draw(st.sampled_from((1, 2, 4)), label="page_size")
-    context_len = draw(st.integers(max(4, page_size * 2), max_context_len), label="context_len")
-    num_pages = draw(
-        st.integers(
-            max(4, -(-min_slots // page_size)), max(4, max_pages, -(-min_slots // page_size))
-        ),
-        label="num_pages",
-    )
-    swa_window = draw(st.sampled_from((0, 0, 3, 5)), label="swa_window")
-    config = EngineConfig(
-        page_size=page_size,
-        num_pages=num_pages,
-        pool_rows=draw(st.integers(min_rows, max(min_rows, max_rows)), label="pool_rows"),
-        context_len=context_len,
-        swa_window=swa_window,
-        offset=draw(st.sampled_from((0, 1)), label="offset"),
-        mode=draw(st.sampled_from(modes), label="mode"),
-        seed=draw(st.integers(0, 2**16), label="seed"),
-    )
-    if not swa_window:
-        return config
-    # an SWA pool from a third of the full pool up: room for a whole row and a page, so
-    # windows evict under pressure without starving the engine
-    num_slots = num_pages * page_size
-    least = min(num_slots, max(num_slots // 3, context_len + 2 * page_size))
-    # with ``small_swa`` the smallest pool as often as any other, so that pressure comes about
-    sizes = st.integers(least, num_slots)
-    swa_slots = draw(st.one_of(st.just(least), sizes) if small_swa else sizes, label="swa_slots")
-    return dataclasses.replace(config, swa_slots=swa_slots)
 
 
 @dataclass
@@ -390,7 +344,7 @@ class Engine:
         self.waiting: list[_Request] = []
         self.cache: list[_CacheEntry] = []
         self.last_written: list[tuple[int, int]] = []  # (request, position) of the last forward
-        #: a fault of how a forward stores its KV (``strategies.faults``): called with each
+        #: a fault of how a forward stores its KV (``engine_model.faults``): called with each
         #: group's name, the slots of the group's pool the forward stores and their KV bytes,
         #: it returns them as the forward stores them, or None while the forward does not make
         #: the store it changes; used once
@@ -408,7 +362,7 @@ class Engine:
         #: made)
         self.rollback_fault: bool = False
         self.rollback_fault_made: tuple[int, int] | None = None
-        #: how often each situation the suite counts came about (``strategies.engine`` names)
+        #: how often each situation the suite counts came about (``engine_model.engine`` names)
         self.events: Counter[str] = Counter()
         self.steps = 0
         self.log: list[str] = []
@@ -1263,7 +1217,7 @@ class Engine:
         """Rebind ``req``'s row to the pages of the cached prefix :meth:`tree_match` finds, where
         its own pages hold the same tokens: each such page of the request is replaced by the
         cache's (the row's page table names the cache's slots) and freed, a duplicate.
-        ``fault`` makes it wrong (:mod:`strategies.faults`): ``"off_by_one"`` names, for each
+        ``fault`` makes it wrong (:mod:`engine_model.faults`): ``"off_by_one"`` names, for each
         rebound page, the cache's next page; ``"unbound"`` frees the duplicates but leaves the
         table naming them. ``(entry, [(page index, duplicate freed)])``."""
         c = self.config
@@ -1403,7 +1357,7 @@ class Engine:
         other pages, as HiCache does (``mem_cache/memory_pool_host.py``, ``pool_host/``): its
         KV and its records go to the host and come back into the new slots, the old pages are
         freed. ``kv`` or ``records`` False: the load leaves the new ``FULL`` slots' KV or
-        records as they were (a fault: :mod:`strategies.faults`). Returns the offload and the
+        records as they were (a fault: :mod:`engine_model.faults`). Returns the offload and the
         reload, to run in order (none: no such prefix, or no free pages)."""
         idle = [e for e in self.cache if not any(self.req_refs[p] for p in e.pages)]
         entry = pick_from(idle, pick)

@@ -1,4 +1,4 @@
-"""strategies.faults: the fault classes are listed in one place. The registry, the class table of
+"""engine_model.faults: the fault classes are listed in one place. The registry, the class table of
 CONTRACT §15 and the tables of docs/DETECTION.md name the same classes (the detection table in
 the registry's order, with each class's description), and every class is a whole object."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from strategies.faults import FAULT_KINDS, FAULTS, KV_BYTE_FAULTS, KV_FAULTS, FaultClass
+from engine_model.faults import FAULT_KINDS, FAULTS, KV_BYTE_FAULTS, KV_FAULTS, FaultClass
 
 ROOT = Path(__file__).resolve().parents[2]
 

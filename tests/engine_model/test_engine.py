@@ -1,4 +1,4 @@
-"""strategies.engine: the engine model keeps an engine's invariants over any history (no slot
+"""engine_model.engine: the engine model keeps an engine's invariants over any history (no slot
 owned twice, page 0 and slot 0 never handed out, a page table that names what each request
 wrote), its steps produce launches the reference accepts, its faults are made where the next
 step can see them, and the same calls give the same arrays."""
@@ -14,10 +14,11 @@ import pytest
 from hypothesis import given, settings
 
 from conformance.engine_support import TAGS, OracleRun, inject_and_settle, missing, settle, warm_up
+from engine_model import faults
+from engine_model.engine import FULL, SWA, Engine, EngineConfig, Forward
+from engine_model.faults import FAULT_KINDS, Due, tags
 from reference import FailReason, RealKvHashMode, ViolationField
-from strategies import faults
-from strategies.engine import FULL, SWA, Engine, EngineConfig, Forward, engine_configs
-from strategies.faults import FAULT_KINDS, Due, tags
+from strategies.engines import engine_configs
 
 OPS = st.lists(
     st.tuples(
