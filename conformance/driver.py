@@ -12,7 +12,7 @@ plans after its plan, and the launching endpoint's world after each verify and w
 keeps one world per endpoint (keyed ``(group, stage)``: its own canary buffer, sources and
 counters, one ring and write index for all), one page table, one full-to-SWA table and one
 pool, as an engine does, and updates them in place between steps. A world of one buffer is the
-endpoint ``("FULL", "TAIL")`` of a forward whose ``stages`` are ``("TAIL",)``.
+endpoint ``(FULL, TAIL)`` of a forward whose ``stages`` are ``("TAIL",)``.
 
 The rest is what every plan test shares: the plans' fields (:data:`PLAN_FIELDS`), their first
 contents (:func:`first_plans`: distinct values, so an entry left alone that should be, or not,
@@ -32,11 +32,11 @@ import reference
 import strategies as st_kv
 from conformance.assertions import fail, to_numpy
 from conformance.write_verify_support import Snapshot, assert_same_state
-from engine_model.engine import STAGES, Forward, GroupLaunch, Move, Sweep, SweepGroup
+from engine_model.engine import Forward, GroupLaunch, Move, Sweep, SweepGroup
+from engine_model.vocabulary import FULL, HEAD, STAGES, SWEEP, TAIL
 
 __all__ = [
     "PLAN_FIELDS",
-    "SWEEP",
     "VERIFY_FIELDS",
     "ImplementationSide",
     "ReferenceSide",
@@ -242,11 +242,6 @@ def graph_plans(kept: dict, forward: Forward, group: GroupLaunch, allocate):
     return kept[key]
 
 
-#: The launch stages of a buffer group: ``HEAD`` and ``TAIL`` around a forward, and the
-#: ``SWEEP`` of the prefix cache, which verifies the tail buffer under its own tag.
-SWEEP = "SWEEP"
-
-
 def launch_name(state: reference.CanaryState) -> str:
     """The launch tag a state stamps, by name (``TAIL_K_FULL``)."""
     return reference.CanaryLaunchTag(int(state.kernel_kind)).name
@@ -284,7 +279,7 @@ class ReferenceSide:
 
     def __init__(self, states: dict, pool: np.ndarray | None):
         if isinstance(states, reference.CanaryState):  # one buffer: a plain world
-            states = {("FULL", "TAIL"): states}
+            states = {(FULL, TAIL): states}
         self.states: dict = states
         self.pool = None if pool is None else pool.copy()
         self.graph_plans: dict = {}  # a captured graph's plans, kept from replay to replay
@@ -304,11 +299,11 @@ class ReferenceSide:
     @property
     def state(self) -> reference.CanaryState:
         """The first group's tail state (a world of one buffer: its only state)."""
-        return next(s for (g, stage), s in self.states.items() if stage == "TAIL")
+        return next(s for (g, stage), s in self.states.items() if stage == TAIL)
 
     def kv(self, group: str) -> np.ndarray:
         """The KV bytes of a group's pool: its tail buffer's first source."""
-        return self.states[(group, "TAIL")].real_kv_sources[0].data
+        return self.states[(group, TAIL)].real_kv_sources[0].data
 
     @property
     def index(self) -> int:
@@ -360,12 +355,12 @@ class ReferenceSide:
         plans = {}
         for g in forward.groups:
             plans[g.group] = self.plan(forward, g)
-            if "HEAD" in forward.stages:
-                self.launches((g.group, "HEAD"), forward, g, plans[g.group])
+            if HEAD in forward.stages:
+                self.launches((g.group, HEAD), forward, g, plans[g.group])
         for g in forward.groups:
             self.store_kv(g)
         for g in forward.groups:
-            self.launches((g.group, "TAIL"), forward, g, plans[g.group])
+            self.launches((g.group, TAIL), forward, g, plans[g.group])
 
     def sweep(self, group: SweepGroup) -> None:
         self.verify((group.group, SWEEP), reference.VerifyPlan(**sweep_plan(group)), tokens=False)
@@ -392,7 +387,7 @@ class ImplementationSide:
 
     def __init__(self, impl, device, worlds, *, pool, table, lut):
         if isinstance(worlds, st_kv.MaterializedWorld):  # one buffer: a plain world
-            worlds = {("FULL", "TAIL"): worlds}
+            worlds = {(FULL, TAIL): worlds}
         self.impl, self.device, self.worlds = impl, device, worlds
         self.graph_plans: dict = {}  # a captured graph's plans, kept from replay to replay
         self.contexts = {key: made.context(impl) for key, made in worlds.items()}
@@ -404,10 +399,10 @@ class ImplementationSide:
     @property
     def made(self) -> st_kv.MaterializedWorld:
         """The first group's tail world (a world of one buffer: its only world)."""
-        return next(w for (g, stage), w in self.worlds.items() if stage == "TAIL")
+        return next(w for (g, stage), w in self.worlds.items() if stage == TAIL)
 
     def kv(self, group: str) -> torch.Tensor:
-        return self.worlds[(group, "TAIL")].sources[0].tensor
+        return self.worlds[(group, TAIL)].sources[0].tensor
 
     def canary_buf(self, key) -> torch.Tensor:
         return self.worlds[key].canary_buf
@@ -540,10 +535,10 @@ def run_step(
             what=what(f"plan of group {group.group}"), config=config,
         )  # fmt: skip
         plans[group.group] = (ivp, iwp, ovp, owp)
-        if "HEAD" in step.stages:
-            launches(group, "HEAD", plans[group.group])
+        if HEAD in step.stages:
+            launches(group, HEAD, plans[group.group])
     for group in step.groups:  # the forward stores its KV
         impl.store_kv(group)
         oracle.store_kv(group)
     for group in step.groups:
-        launches(group, "TAIL", plans[group.group])
+        launches(group, TAIL, plans[group.group])

@@ -24,10 +24,26 @@ import reference
 import strategies as st_kv
 from conformance import driver
 from conformance.assertions import fail_bits_name
-from conformance.driver import SWEEP, ImplementationSide, ReferenceSide
+from conformance.driver import ImplementationSide, ReferenceSide
 from engine_model import faults
-from engine_model.engine import GROUPS, KV_BYTES, PREFILL, STAGES, Engine, Forward, Move, Sweep
+from engine_model.engine import KV_BYTES, Engine, Forward, Move, Sweep
 from engine_model.faults import Due, Fault
+from engine_model.vocabulary import (
+    DECODE,
+    DRAFT_EXTEND_V2,
+    DRAFT_SETTLE_MODES,
+    GROUPS,
+    LAUNCH_STAGES,
+    MIXED,
+    PREFILL_ENGINE,
+    SETTLE_MODES,
+    STAGES,
+    SWEEP,
+    TAIL,
+    TARGET_VERIFY,
+    launch_tag,
+    settle_step,
+)
 
 __all__ = [
     "RING_CAPACITY",
@@ -49,13 +65,6 @@ RING_CAPACITY = 512
 #: prefills (a token each), decodes, prefills and decodes again, then the cache is swept, so
 #: that every running request is verified after any page was reused.
 SETTLE = ("admit", "prefill", "decode", "prefill", "decode", "sweep")
-#: The forward modes a settle's two decodes can take (SGLang's ``ForwardMode``): a plain
-#: decode, a decode replaying a CUDA graph (two padding rows at its tail), a mixed batch, and
-#: EAGLE's target verify (three tokens a row: the sampled one and two drafts).
-SETTLE_MODES = ("DECODE", "DECODE_GRAPH", "MIXED", "TARGET_VERIFY")
-#: The draft model's settle modes (an engine with the EAGLE offset): its multi-step draft
-#: decode, and its ``DRAFT_EXTEND_V2``.
-DRAFT_SETTLE_MODES = ("DRAFT_DECODE", "DRAFT_EXTEND_V2")
 SLOT, BITS = reference.ViolationField.SLOT_IDX, reference.ViolationField.FAIL_REASON_BITS
 KIND = reference.ViolationField.KERNEL_KIND
 
@@ -63,9 +72,9 @@ KIND = reference.ViolationField.KERNEL_KIND
 #: The launch tag of each endpoint ``(group, stage)`` (SGLang's K half; its V half runs only
 #: with ``SGLANG_KV_CANARY_ENABLE_MHA_V``, and repeats the K half's launches on other buffers).
 TAGS = {
-    (group, stage): reference.CanaryLaunchTag[f"{stage}_K_{group}"]
+    (group, stage): reference.CanaryLaunchTag[launch_tag(stage, group)]
     for group in GROUPS
-    for stage in (*STAGES, SWEEP)
+    for stage in LAUNCH_STAGES
 }
 
 
@@ -95,12 +104,12 @@ def oracle_world(engine: Engine) -> dict:
                 violation_write_index=index,
                 slot_run_counter=np.zeros(1, dtype=np.int64),
                 kernel_run_counter=np.zeros(1, dtype=np.int64),
-                real_kv_sources=pool if stage == "TAIL" else (),
+                real_kv_sources=pool if stage == TAIL else (),
                 real_kv_hash_mode=c.mode,
                 enable_chain_position_assert=np.ones(1, dtype=np.int32),
                 past_capacity=past,
             )
-        tail = states[(group, "TAIL")]
+        tail = states[(group, TAIL)]
         states[(group, SWEEP)] = dataclasses.replace(
             tail,
             kernel_kind=TAGS[(group, SWEEP)],
@@ -131,16 +140,16 @@ class OracleRun(ReferenceSide):
     def forward_or_sweep(self, step: Forward | Sweep | Move) -> None:
         """Run one step of a history (the reference alone), on the prefill engine's side for
         a step of a PD transfer's prefill engine."""
-        side = self.peer_run() if getattr(step, "engine", "") == PREFILL else self
+        side = self.peer_run() if getattr(step, "engine", "") == PREFILL_ENGINE else self
         ReferenceSide.forward_or_sweep(side, step)
 
     def buffers(self) -> dict:
         """Each endpoint's canary buffer as it is now, keyed by its launch tag; each group's KV
-        pool keyed ``("KV", group)``; the prefill engine's, if any, under :data:`PREFILL`."""
+        pool keyed ``("KV", group)``; the prefill engine's, if any, under :data:`PREFILL_ENGINE`."""
         out: dict = {TAGS[key]: state.canary_buf for key, state in self.states.items()}
         out.update({("KV", g): self.kv(g) for g in self.engine.config.groups})
         if self.peer is not None:
-            out[PREFILL] = self.peer.buffers()
+            out[PREFILL_ENGINE] = self.peer.buffers()
         return out
 
     def silence_problem(self, since: int = 0) -> str:
@@ -172,9 +181,7 @@ class ImplRun(ImplementationSide):
             if stage == SWEEP:
                 continue
             n = c.group_slots(group)
-            sources = (
-                (st_kv.layout(rows=n, num_bytes_per_token=KV_BYTES),) if stage == "TAIL" else ()
-            )
+            sources = (st_kv.layout(rows=n, num_bytes_per_token=KV_BYTES),) if stage == TAIL else ()
             world = st_kv.world(
                 sources=sources, mode=c.mode, num_slots=n, ring_capacity=RING_CAPACITY,
                 chain_assert=1, seed=c.seed, kernel_kind=int(state.kernel_kind),
@@ -193,7 +200,7 @@ class ImplRun(ImplementationSide):
             made.violation_write_index = shared.violation_write_index
             worlds[(group, stage)] = made
         for group in c.groups:
-            tail = worlds[(group, "TAIL")]
+            tail = worlds[(group, TAIL)]
             worlds[(group, SWEEP)] = dataclasses.replace(
                 tail,
                 world=dataclasses.replace(tail.world, kernel_kind=int(TAGS[(group, SWEEP)])),
@@ -220,7 +227,7 @@ def run_step(
     (:func:`conformance.driver.run_step`), on the prefill engine's sides for a step of a PD
     transfer's prefill engine; ``what`` names the step in failure messages."""
     __tracebackhide__ = True
-    if getattr(step, "engine", "") == PREFILL:
+    if getattr(step, "engine", "") == PREFILL_ENGINE:
         oracle = oracle.peer_run()
         impl = impl.peer_run(oracle)
         what = f"{what}, on the prefill engine"
@@ -293,7 +300,7 @@ def inject_and_settle(
     byte: int,
     run,
     flip=None,
-    mode: str = "DECODE",
+    mode: str = DECODE,
     made: Fault | None = None,
 ):
     """Make a fault of class ``kind`` (``flip(group, slot, byte)`` changes the
@@ -346,21 +353,24 @@ def inject_and_settle(
     return fault, problems, steps[1]
 
 
-def settle(engine: Engine, run, mode: str = "DECODE", pick: int = 0) -> None:
+def settle(engine: Engine, run, mode: str = DECODE, pick: int = 0) -> None:
     """Run :data:`SETTLE` through ``run(step)``, its decodes in ``mode`` (:data:`SETTLE_MODES`;
     an engine with the EAGLE offset, the draft model's canary, decodes plainly where the mode
     is ``TARGET_VERIFY``, which only the target model runs; :data:`DRAFT_SETTLE_MODES`, for
     such an engine: its multi-step draft then a decode, or its draft extend)."""
     c = engine.config
-    decode = {
-        "DECODE": lambda: engine.decode(0),
-        "DECODE_GRAPH": lambda: engine.decode(2, graph=True),
-        "MIXED": lambda: engine.mixed(1),
-        "TARGET_VERIFY": lambda: engine.target_verify(3, pick) or engine.decode(0),
-        # the draft model's own forwards (the EAGLE offset; not drawn by the suite's tests)
-        "DRAFT_DECODE": lambda: [*engine.draft_decode(2), engine.decode(0)],
-        "DRAFT_EXTEND_V2": lambda: engine.draft_extend(2) or engine.decode(0),
-    }[mode]
+    step = settle_step(mode)
+    if step.graph:
+        decode = lambda: engine.decode(2, graph=True)  # noqa: E731
+    elif step.draft:  # the draft model's own forwards (the EAGLE offset; not drawn by the suite)
+        decode = lambda: [*engine.draft_decode(2), engine.decode(0)]  # noqa: E731
+    else:
+        decode = {
+            DECODE: lambda: engine.decode(0),
+            MIXED: lambda: engine.mixed(1),
+            TARGET_VERIFY: lambda: engine.target_verify(3, pick) or engine.decode(0),
+            DRAFT_EXTEND_V2: lambda: engine.draft_extend(2) or engine.decode(0),
+        }[step.mode]
     for name in SETTLE:
         if name == "admit":
             engine.admit(c.page_size + c.offset, share=0)

@@ -106,7 +106,8 @@ from conformance.sglang_runtime import (
     _tensor,
     sglang_root,
 )
-from engine_model.engine import PREFILL, Engine, Forward, Move, Sweep
+from engine_model.engine import PREFILL_ENGINE, Engine, Forward, Move, Sweep
+from engine_model.vocabulary import SWEEP
 
 #: Histories the leg runs by default, and fault trials.
 HISTORIES = 12
@@ -431,7 +432,7 @@ class ManagerRun(ImplRun):
     def run(self, oracle: OracleRun, step) -> None:
         """One step on SGLang's runtime and on the reference, then their states compared; a
         step of a PD transfer's prefill engine on that engine's sides."""
-        if getattr(step, "engine", "") == PREFILL:
+        if getattr(step, "engine", "") == PREFILL_ENGINE:
             peer = oracle.peer_run()
             if self.peer is None:
                 assert self.engine.peer is not None
@@ -525,7 +526,7 @@ class ManagerRun(ImplRun):
         what = f"step {self.engine.steps} ({self.engine.log[-1]})"
         lines = []
         for key, state in oracle.states.items():
-            if key[1] == driver.SWEEP:
+            if key[1] == SWEEP:
                 continue
             diff = np.argwhere(self.canary_buf(key).numpy() != state.canary_buf)
             if len(diff):

@@ -67,6 +67,14 @@ from typing import Any
 
 import numpy as np
 
+from engine_model.vocabulary import (
+    FULL,
+    GROUPS,
+    ORACLE_MODES,
+    PREFILL_ENGINE,
+    STAGES,
+    SWA,
+)
 from reference import REQ_POOL_IDX_PADDING, RealKvHashMode, window_starts
 
 __all__ = [
@@ -74,7 +82,7 @@ __all__ = [
     "GROUPS",
     "KV_BYTES",
     "ORACLE_MODES",
-    "PREFILL",
+    "PREFILL_ENGINE",
     "STAGES",
     "SWA",
     "Engine",
@@ -90,21 +98,6 @@ __all__ = [
 
 #: Bytes of KV per slot (one flat uint8 source row per slot).
 KV_BYTES = 32
-#: The buffer groups: ``FULL`` (window 0, the full pool's slots) and ``SWA`` (the window, the
-#: SWA pool's slots through the full-to-SWA table), SGLang's ``PoolKind``.
-FULL, SWA = "FULL", "SWA"
-GROUPS = (FULL, SWA)
-#: The launches of a forward on each group's buffers, in order: ``HEAD`` (before the forward,
-#: no real-KV sources) and ``TAIL`` (after it, the group's KV pool as source).
-STAGES = ("HEAD", "TAIL")
-#: The forward modes whose write takes its expected inputs from the token oracle (the others,
-#: every extend mode, take the input ids themselves), as SGLang's
-#: ``token_oracle/oracle_manager.py`` fills them: ``ForwardMode.is_extend()`` leaves
-#: ``DRAFT_EXTEND_V2`` out.
-ORACLE_MODES = ("DECODE", "IDLE", "DRAFT_EXTEND_V2")
-#: The engine a step of a PD transfer runs on when it is not the engine that made it: its
-#: prefill engine (:attr:`Engine.peer`), which has buffers of its own.
-PREFILL = "prefill"
 
 
 def _check_int(name: str, value: object, lo: int) -> None:
@@ -243,7 +236,7 @@ class Forward:
     #: what the forward changed in the write's arrays before the ``TAIL`` launches (a model
     #: that moves ``positions`` in place): keywords replacing those of ``write`` there
     tail_write: dict = field(default_factory=dict)
-    #: whose buffers the step runs on: ``""`` the engine's own, :data:`PREFILL` its prefill
+    #: whose buffers the step runs on: ``""`` the engine's own, :data:`PREFILL_ENGINE` its prefill
     #: engine's (a PD transfer's prefill)
     engine: str = ""
     #: the batch row (in the plan's row order) of each token the write writes
@@ -302,7 +295,7 @@ class Move:
     and ``receive`` (a PD transfer from the prefill engine, page by page, the records spliced
     into it as SGLang's ``pool_patcher/buf_info_splice.py`` splices the canary buffers into
     the pool's transfer buffers); ``engine``: whose buffers (``""`` the engine's own,
-    :data:`PREFILL` its prefill engine's)."""
+    :data:`PREFILL_ENGINE` its prefill engine's)."""
 
     kind: str
     key: int
@@ -1458,13 +1451,13 @@ class Engine:
             if sent is not None:
                 peer.drop(sent.rid)
             return []
-        forward = dataclasses.replace(forward, engine=PREFILL)
+        forward = dataclasses.replace(forward, engine=PREFILL_ENGINE)
         key = self._key()
         span = n_pages * c.page_size  # whole pages, as a transfer moves them
         src = [peer.full_slot(sent, p) for p in range(span)]
         window = range(peer.window_start(written), written)
         resident = peer._resident(src, window)
-        send = dataclasses.replace(peer._save("send", key, src, resident), engine=PREFILL)
+        send = dataclasses.replace(peer._save("send", key, src, resident), engine=PREFILL_ENGINE)
         req = _Request(self.next_rid, self.free_rows.pop(0), list(sent.tokens), list(sent.truth))
         self.next_rid += 1
         req.written, req.pages, req.decoding = written, pages, sent.decoding

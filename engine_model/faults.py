@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import reference
-from engine_model.engine import FULL, KV_BYTES, PREFILL, SWA, Engine, pick_from
+from engine_model.engine import FULL, KV_BYTES, PREFILL_ENGINE, SWA, Engine, pick_from
 from reference import CanaryField, FailReason, RealKvHashMode
 
 __all__ = [
@@ -1060,7 +1060,7 @@ class _Transfer(_MoveFault):
     stages = ("HEAD", "TAIL")
 
     def source(self, buffers):
-        return buffers[PREFILL]
+        return buffers[PREFILL_ENGINE]
 
     def make(self, engine, pick, byte):
         fault = super().make(engine, pick, byte)

@@ -24,10 +24,11 @@ import numpy as np
 
 import reference
 from conformance.assertions import FAIL_BIT_NAMES
-from conformance.engine_support import SETTLE_MODES, OracleRun, inject_and_settle, warm_up
+from conformance.engine_support import OracleRun, inject_and_settle, warm_up
 from engine_model import faults
 from engine_model.engine import KV_BYTES, Engine, EngineConfig
 from engine_model.faults import FAULT_KINDS, FAULTS
+from engine_model.vocabulary import LAUNCH_STAGES, SETTLE_MODES, TARGET_VERIFY, settle_step
 from reference import RealKvHashMode
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "DETECTION.md"
@@ -75,7 +76,7 @@ def _trial(
     """:func:`trial`, run once per question in a process (the tables and their self-tests ask
     some twice)."""
     engine = Engine(trial_config(kind, mode, index))
-    if settle_mode == "TARGET_VERIFY" and engine.config.offset:
+    if settle_step(settle_mode).mode == TARGET_VERIFY and engine.config.offset:
         return None  # the draft model's canary runs no target verify
     oracle = OracleRun(engine)
     warm_up(engine, oracle.forward_or_sweep)
@@ -163,7 +164,7 @@ def cell(results, why: str = "") -> str:
     reasons = Counter(name for r in seen for bit, name in BITS if r[1] & bit)
     top = "/".join(name for name, _ in reasons.most_common(2))
     when = f"step {steps[0]}" if steps[0] == steps[-1] else f"steps {steps[0]}-{steps[-1]}"
-    stages = "/".join(sorted({r[3] for r in seen}, key=("HEAD", "TAIL", "SWEEP").index))
+    stages = "/".join(sorted({r[3] for r in seen}, key=LAUNCH_STAGES.index))
     return f"{len(seen)} of {len(made)}, {when} {stages}, {top}"
 
 
@@ -188,7 +189,7 @@ def render() -> tuple[str, list[str]]:
             for r in results:
                 if r is not None:
                     problems += [f"{kind}, ALL, {settle_mode}: {p}" for p in r[2]]
-            why = FAULTS[kind].why_never(RealKvHashMode.ALL, settle_mode.removesuffix("_GRAPH"))
+            why = FAULTS[kind].why_never(RealKvHashMode.ALL, settle_step(settle_mode).mode)
             by_mode.append(cell(results, why))
         mode_rows.append(f"| `{kind}` | " + " | ".join(by_mode) + " |")
         if FAULTS[kind].flips_byte:
