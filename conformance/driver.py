@@ -32,7 +32,7 @@ import reference
 import strategies as st_kv
 from conformance.assertions import fail, to_numpy
 from conformance.write_verify_support import Snapshot, assert_same_state
-from engine_model.engine import Forward, GroupLaunch, Move, Sweep, SweepGroup
+from engine_model import Forward, GroupLaunch, Move, Sweep, SweepGroup
 from engine_model.vocabulary import FULL, HEAD, STAGES, SWEEP, TAIL
 
 __all__ = [

@@ -25,8 +25,7 @@ import strategies as st_kv
 from conformance import driver
 from conformance.assertions import fail_bits_name
 from conformance.driver import ImplementationSide, ReferenceSide
-from engine_model import faults
-from engine_model.engine import KV_BYTES, Engine, Forward, Move, Sweep
+from engine_model import KV_BYTES, Engine, Forward, Move, Sweep, faults
 from engine_model.faults import Due, Fault
 from engine_model.vocabulary import (
     DECODE,

@@ -30,7 +30,7 @@ from conformance.driver import (
     run_step,
 )
 from conformance.support import import_impl_lines
-from engine_model.engine import KV_BYTES, Forward, GroupLaunch
+from engine_model import KV_BYTES, Forward, GroupLaunch
 from engine_model.faults import REQ_TO_TOKEN
 from strategies.batches import EngineBatch, ScatterBatch, distinct_values
 

@@ -33,7 +33,7 @@ from conformance.engine_support import (
     warm_up,
 )
 from conformance.profiles import engine_sizes, engine_step_sizes, examples
-from engine_model.engine import KV_BYTES, Engine
+from engine_model import KV_BYTES, Engine
 from engine_model.faults import FAULT_KINDS, FAULTS
 from strategies.engines import engine_configs
 

@@ -29,7 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 
 import reference
-from engine_model.engine import FULL, KV_BYTES, PREFILL_ENGINE, SWA, Engine, pick_from
+from engine_model.config import KV_BYTES, pick_from
+from engine_model.engine import Engine
+from engine_model.vocabulary import FULL, PREFILL_ENGINE, SWA
 from reference import CanaryField, FailReason, RealKvHashMode
 
 __all__ = [
@@ -456,7 +458,7 @@ class LockedNodeEvicted(FaultClass):
             return None
         entry, j, page, holders = place
         length = entry.length
-        engine._truncate(entry, j + 1)  # the unlocked leaves past it go first
+        engine.truncate(entry, j + 1)  # the unlocked leaves past it go first
         engine.cache_refs[page] = 0
         engine.req_refs[page] = 0  # the lock ignored: the page is free
         engine.free_pages.insert(0, page)  # the next allocation takes it
@@ -498,14 +500,14 @@ class _Rebind(_TableFault):
     def make(self, engine, pick, byte):
         c = engine.config
         p = c.page_size
-        if engine._prompt_rows(1) or not engine.free_rows:
+        if engine.prompt_rows(1) or not engine.free_rows:
             return None  # the twin's prefill is to run alone, and in full
         places = []
         for entry in engine.cache:
             for n in range(1, len(entry.pages) - self.spare_pages + 1):
                 if n * p + 2 > c.context_len:  # the twin writes n pages and a token, and runs on
                     break
-                if engine._window_ok(entry, range(engine.window_start(n * p + 1), n * p)):
+                if engine.window_resident(entry, range(engine.window_start(n * p + 1), n * p)):
                     places.append((entry, n))
                     break
         place = pick_from(places, pick)
@@ -525,7 +527,7 @@ class _Rebind(_TableFault):
         own = req.pages[: engine.tree_match(req, entry)[1] // p]
         _, rebound = engine.rebind(req, entry, fault=self.fault)
         assert rebound == list(enumerate(own)), (rebound, own)
-        engine._cache_prefix(req)
+        engine.cache_prefix(req)
         if not own:
             what = f"{self.name}: nothing rebound (the SWA pool took the window's slots)"
             return Fault(self.name, None, frozenset(), (), what, steps=(step,))
@@ -558,7 +560,7 @@ class RebindOffByOnePage(_Rebind):
             f"{self.name}: request {req.rid} (row {req.row}) pages {list(entry.pages[:n])} "
             f"rebound as {list(entry.pages[1 : n + 1])} (its own pages {own} freed)"
         )
-        slots = frozenset(s for page in entry.pages[1 : n + 1] for s in engine._page_slots(page))
+        slots = frozenset(s for page in entry.pages[1 : n + 1] for s in engine.page_slots(page))
         return Fault(self.name, None, slots, ((req.rid, 0),), what, steps=(step,))
 
 
@@ -584,7 +586,7 @@ class DuplicateFreedWhileNamed(_Rebind):
             f"{list(entry.pages[: len(own)])}, its duplicate pages {own} freed while its row "
             "names them"
         )
-        slots = frozenset(s for page in own for s in engine._page_slots(page))
+        slots = frozenset(s for page in own for s in engine.page_slots(page))
         return Fault(self.name, None, slots, ((req.rid, 0),), what, steps=(step,))
 
     def due(self, engine, fault, buffers):
@@ -664,8 +666,8 @@ class _StoreFault(FaultClass):
     written. A store fault the settle's forwards never made promises nothing."""
 
     def due_after_settle(self, engine, fault):
-        if engine.store_fault is not None:
-            engine.store_fault = None  # the store never came: nothing happened
+        if engine.hooks.store_fault is not None:
+            engine.hooks.store_fault = None  # the store never came: nothing happened
             return None
         if fault.group == SWA and not set(fault.slots) <= set(engine.lut.tolist()):
             return None  # the slot left the window before a verify could see it
@@ -699,7 +701,7 @@ class MisdirectedStore(_StoreFault):
             slots[0] = victim
             return slots, kv
 
-        engine.store_fault = store
+        engine.hooks.store_fault = store
         what = (
             f"{self.name}: the next forward's first KV store into the {group} pool lands in "
             f"slot {victim} (request {req.rid}, position {pos})"
@@ -749,7 +751,7 @@ class DroppedStore(_StoreFault):
             keep = np.arange(slots.shape[0]) != hits[0]
             return slots[keep], kv[keep]
 
-        engine.store_fault = store
+        engine.hooks.store_fault = store
         what = (
             f"{self.name}: request {req.rid} position {pos} is written without its KV in the "
             f"{group} pool"
@@ -778,8 +780,8 @@ class PositionsMoved(FaultClass):
         ready = [r for r in engine.running.values() if engine.will_run(r)]
         if not ready:
             return None
-        engine.positions_fault = 1 + pick % 3
-        engine.positions_fault_made = None
+        engine.hooks.positions_fault = 1 + pick % 3
+        engine.hooks.positions_fault_made = None
         what = f"{self.name}: the next forward moves its first position by {1 + pick % 3}"
         return Fault(self.name, None, frozenset(), (), what)
 
@@ -787,7 +789,7 @@ class PositionsMoved(FaultClass):
         return [], False  # the slot is known once the forward ran: see due_after_settle
 
     def due_after_settle(self, engine, fault):
-        made, engine.positions_fault = engine.positions_fault_made, None
+        made, engine.hooks.positions_fault = engine.hooks.positions_fault_made, None
         if made is None:
             return None  # no forward came
         return [
@@ -819,7 +821,7 @@ class AcceptOffByOne(FaultClass):
             r.decoding and engine.will_run(r) for r in engine.running.values()
         ):
             return None
-        engine.accept_fault, engine.accept_fault_made = True, None
+        engine.hooks.accept_fault, engine.hooks.accept_fault_made = True, None
         what = f"{self.name}: the next target verify that rejects a draft keeps it"
         return Fault(self.name, None, frozenset(), (), what)
 
@@ -827,7 +829,7 @@ class AcceptOffByOne(FaultClass):
         return [], False
 
     def due_after_settle(self, engine, fault):
-        made, engine.accept_fault = engine.accept_fault_made, False
+        made, engine.hooks.accept_fault = engine.hooks.accept_fault_made, False
         if made is None:
             return None  # no target verify rejected a draft
         rid, pos, step = made
@@ -858,7 +860,7 @@ class RejectedDraftNamed(FaultClass):
     def make(self, engine, pick, byte):
         c = engine.config
         p = c.page_size
-        rows = [r for r, _ in engine._decode_rows()]
+        rows = [r for r, _ in engine.decode_rows()]
         if c.offset or not rows or any(r.written + self.drafts > c.context_len for r in rows):
             return None
         frees = []  # the accepts (``target_verify``'s) after which a row frees a page
@@ -872,25 +874,25 @@ class RejectedDraftNamed(FaultClass):
         accept = pick_from(frees, pick)
         if accept is None:
             return None
-        engine.rollback_fault, engine.rollback_fault_made = True, None
+        engine.hooks.rollback_fault, engine.hooks.rollback_fault_made = True, None
         step = engine.target_verify(self.drafts, accept)
         if step is None:  # no room for the drafts' pages
-            engine.rollback_fault = False
+            engine.hooks.rollback_fault = False
             return None
-        assert engine.rollback_fault_made is not None, engine.describe()
-        rid, page = engine.rollback_fault_made
+        assert engine.hooks.rollback_fault_made is not None, engine.describe()
+        rid, page = engine.hooks.rollback_fault_made
         what = (
             f"{self.name}: the target verify's rollback frees request {rid}'s page {page} "
             "of rejected drafts, which it still names"
         )
-        slots = frozenset(engine._page_slots(page))
+        slots = frozenset(engine.page_slots(page))
         return Fault(self.name, None, slots, ((rid, 0),), what, steps=(step,))
 
     def due(self, engine, fault, buffers):
         return [], False
 
     def due_after_settle(self, engine, fault):
-        rid, page = engine.rollback_fault_made
+        rid, page = engine.hooks.rollback_fault_made
         p = engine.config.page_size
         writes: dict[int, list] = {}  # slot: (step, request) of each write of the page
         for (who, pos), step in engine.written_at.items():

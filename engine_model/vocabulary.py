@@ -5,7 +5,7 @@ history's steps are counted and judged by, so that a new forward mode, step labe
 mode is one edit here:
 
 - a **forward mode** (:data:`FORWARD_MODES`): SGLang's ``ForwardMode``, how a forward fills the
-  plan's inputs (:attr:`engine_model.engine.Forward.mode`);
+  plan's inputs (:attr:`engine_model.steps.Forward.mode`);
 - a **buffer group** (:data:`GROUPS`): SGLang's ``PoolKind``, the canary buffers a forward
   launches on;
 - a **launch stage** (:data:`LAUNCH_STAGES`): ``HEAD`` and ``TAIL`` around a forward and the
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "DECODE",
+    "DRAFT_DECODE",
     "DRAFT_EXTEND_V2",
     "DRAFT_SETTLE_MODES",
     "EXTEND",
@@ -153,6 +154,11 @@ _MOVE = "KV moved without a forward"
 #: A sweep of the prefix cache, and KV moved without a forward: steps that are no forward.
 SWEEP_STEP = StepLabel(SWEEP)
 MOVE_STEP = StepLabel(_MOVE)
+#: A decode of the draft model (its multi-step draft, or any decode of a canary with the EAGLE
+#: offset), whose write has its input assert off: what
+#: :attr:`engine_model.engine.Engine.written_by` records, by :attr:`StepLabel.name`, for the
+#: positions such a decode writes.
+DRAFT_DECODE = StepLabel(DECODE, draft=True)
 
 # -- settle modes -------------------------------------------------------------------------------
 
@@ -165,7 +171,7 @@ SETTLE_STEPS = (
     StepLabel(DECODE, graph=True),
     StepLabel(MIXED),
     StepLabel(TARGET_VERIFY),
-    StepLabel(DECODE, draft=True),
+    DRAFT_DECODE,
     StepLabel(DRAFT_EXTEND_V2),
 )
 #: The target model's settle modes, by name.

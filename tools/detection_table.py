@@ -25,8 +25,7 @@ import numpy as np
 import reference
 from conformance.assertions import FAIL_BIT_NAMES
 from conformance.engine_support import OracleRun, inject_and_settle, warm_up
-from engine_model import faults
-from engine_model.engine import KV_BYTES, Engine, EngineConfig
+from engine_model import KV_BYTES, Engine, EngineConfig, faults
 from engine_model.faults import FAULT_KINDS, FAULTS
 from engine_model.vocabulary import LAUNCH_STAGES, SETTLE_MODES, TARGET_VERIFY, settle_step
 from reference import RealKvHashMode

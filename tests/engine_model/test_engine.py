@@ -14,8 +14,7 @@ import pytest
 from hypothesis import given, settings
 
 from conformance.engine_support import TAGS, OracleRun, inject_and_settle, missing, settle, warm_up
-from engine_model import faults
-from engine_model.engine import FULL, SWA, Engine, EngineConfig, Forward
+from engine_model import FULL, SWA, Engine, EngineConfig, Forward, faults
 from engine_model.faults import FAULT_KINDS, Due, tags
 from reference import FailReason, RealKvHashMode, ViolationField
 from strategies.engines import engine_configs
@@ -159,7 +158,7 @@ def test_every_fault_has_a_place_after_the_warm_up(kind):
     fault = faults.make(engine, kind, pick=3, byte=7)
     assert fault is not None and fault.kind == kind
     # a place: slots or entries, or the next forward (a fault of the forward itself)
-    assert fault.slots or fault.entries or engine.positions_fault or engine.accept_fault
+    assert fault.slots or fault.entries or engine.hooks.positions_fault or engine.hooks.accept_fault
 
 
 def test_an_insert_rebinds_a_row_that_computed_a_cached_prefix_again():

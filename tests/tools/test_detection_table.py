@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine_model.engine import KV_BYTES
+from engine_model import KV_BYTES
 from engine_model.faults import (
     FAULT_KINDS,
     FAULTS,

@@ -1,0 +1,98 @@
+"""The allocators of an engine: pages of the full pool (each page with an SWA slot per slot
+under a window, taken from the cached positions no request uses when the SWA pool runs short),
+pool rows, and their release.
+"""
+
+from __future__ import annotations
+
+from engine_model.state import EngineState, Request
+
+__all__ = ["Allocators"]
+
+
+class Allocators(EngineState):
+    """Page, row and SWA-slot allocation and release (a mixin of
+    :class:`engine_model.engine.Engine`)."""
+
+    def _swa_room(self, pages: list[int]) -> bool:
+        """Whether the SWA pool has a slot for every slot of ``pages`` that has none (a page
+        freed while in use keeps its SWA slots), after taking the SWA slots of cached
+        positions no request uses, oldest first, as SGLang's SWA cache evicts under
+        pressure."""
+        if self.lut is None:
+            return True
+        need = sum(1 for page in pages for s in self.page_slots(page) if not self.lut[s])
+        for entry in list(self.cache):
+            if len(self.free_swa) >= need:
+                break
+            for full in self.cached_full_slots(entry):
+                if self.lut[full] and not self.req_refs[full // self.config.page_size]:
+                    self._evict_slots([full])
+                    self.events["swa slot of a cached position evicted under pressure"] += 1
+        return len(self.free_swa) >= need
+
+    def spare_swa_slots(self) -> int:
+        """SWA slots an allocation can have now: the free ones and those of cached positions
+        no request uses (the whole full pool's when there is no window)."""
+        if self.lut is None:
+            return self.config.num_slots
+        cached = {
+            full
+            for entry in self.cache
+            for full in self.cached_full_slots(entry)
+            if self.lut[full] and not self.req_refs[full // self.config.page_size]
+        }
+        return len(self.free_swa) + len(cached)
+
+    def _alloc_pages(self, n: int, exclude=()) -> list[int] | None:
+        """``n`` pages, each with its SWA slots, or None (nothing taken) when the pools lack
+        them; never one of ``exclude`` (the pages a request names already: a page freed while
+        its request names it goes to another, as a launch in which one request writes a slot
+        twice has no defined result)."""
+        free = [page for page in self.free_pages if page not in exclude]
+        if n > len(free) or not self._swa_room(free[:n]):
+            return None
+        pages = free[:n]
+        for page in pages:
+            self.free_pages.remove(page)
+        for page in pages:
+            self.req_refs[page] += 1
+            if self.lut is not None:
+                for s in self.page_slots(page):
+                    if not self.lut[s]:
+                        self.lut[s] = self.free_swa.pop(0)
+        return pages
+
+    def _release(self, page: int, *, cache: bool) -> None:
+        """Drop one hold of ``page``, a request's or (``cache``) the prefix cache's: the page
+        goes back to the allocator, its SWA slots freed, once no one holds it."""
+        refs = self.cache_refs if cache else self.req_refs
+        refs[page] = max(0, refs[page] - 1)
+        if self.req_refs[page] == 0 and self.cache_refs[page] == 0 and page not in self.free_pages:
+            self.free_pages.append(page)
+            self._evict_slots(self.page_slots(page))
+
+    def _evict_slots(self, slots) -> None:
+        """Free the SWA slots of the full slots ``slots`` (their table entries set to 0)."""
+        if self.lut is None:
+            return
+        for s in slots:
+            if self.lut[s]:
+                self.free_swa.append(int(self.lut[s]))
+                self.lut[s] = 0
+
+    def _cache_pages(self, n: int) -> list[int] | None:
+        """``n`` pages for the prefix cache (held by it, not by a request), or None."""
+        pages = self._alloc_pages(n)
+        for page in pages or ():
+            self.req_refs[page] -= 1
+            self.cache_refs[page] += 1
+        return pages
+
+    def _release_request(self, req: Request) -> None:
+        """Release the pages ``req`` holds and give its pool row back, remembering its owner
+        and the tokens it knew (a recycled row keeps the old owner's tail)."""
+        for page in req.pages:
+            self._release(page, cache=False)
+        self.free_rows.append(req.row)
+        self._row_last_len[req.row] = (req.rid, len(req.tokens))

@@ -1,0 +1,198 @@
+"""The prefix cache of an engine: cached prefixes (:class:`engine_model.state.CacheEntry`, a
+radix tree's leaf paths), a new or readmitted request's match, a running request's insert and
+the rebind of its row to the cache's pages, eviction by truncation, and the sweep that
+verifies every slot the cache holds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine_model.allocators import Allocators
+from engine_model.config import pick_from
+from engine_model.state import CacheEntry, Request
+from engine_model.steps import Sweep, SweepGroup
+
+__all__ = ["PrefixCache"]
+
+
+class PrefixCache(Allocators):
+    """The prefix cache (a mixin of :class:`engine_model.engine.Engine`)."""
+
+    def cache_prefix(self, req: Request) -> int:
+        """Put the page-aligned prefix ``req`` wrote into the prefix cache; its length."""
+        c = self.config
+        k = req.written // c.page_size * c.page_size
+        if not k:
+            return k
+        pages = tuple(req.pages[: k // c.page_size])
+        tokens = tuple(req.tokens[: k + c.offset])
+        for entry in self.cache:  # a path the cache holds already: a radix insert extends it
+            if entry.pages[: len(pages)] == pages:
+                return k
+            if pages[: len(entry.pages)] == entry.pages:
+                for page in pages[len(entry.pages) :]:
+                    self.cache_refs[page] += 1
+                entry.pages, entry.tokens, entry.length = pages, tokens, k
+                return k
+        for page in pages:
+            self.cache_refs[page] += 1
+        self.cache.append(CacheEntry(tokens, pages, k))
+        return k
+
+    def _match(self, req: Request) -> int:
+        """Share with ``req`` (written 0, in its row) the longest cached page-aligned prefix of
+        its tokens that leaves it a token to compute and whose window is resident; its length."""
+        c = self.config
+        best, best_k = self.tree_match(req, limit=len(req.tokens) - c.offset - 1)
+        if best is None:
+            return 0
+        req.pages = list(best.pages[: best_k // c.page_size])
+        for page in req.pages:
+            self.req_refs[page] += 1
+        for pos in range(best_k):
+            self.req_to_token[req.row, pos] = self.full_slot(req, pos)
+        req.written = best_k
+        return best_k
+
+    def _window_present(self, entry: CacheEntry, k: int) -> bool:
+        """Whether the window of a row that shares ``k`` positions of ``entry`` is resident."""
+        return self.window_resident(entry, range(self.window_start(k), k))
+
+    def insertable(self) -> list:
+        """The running requests that have written a page, by request id."""
+        p = self.config.page_size
+        return [r for r in sorted(self.running.values(), key=lambda r: r.rid) if r.written >= p]
+
+    def insert(self, pick: int, rid: int | None = None) -> int | None:
+        """A running request's page-aligned written prefix goes into the prefix cache after an
+        extend forward (modelled on ``cache_unfinished_req`` of ``mem_cache/radix_cache.py``,
+        which is not run): where the cache holds a
+        prefix of the same tokens in other pages, the request's row is rebound to the cache's
+        pages and its own duplicate pages freed (``rid``: that request, not one ``pick``
+        chooses). The positions inserted, or None."""
+        able = self.insertable()
+        req = (
+            pick_from(able, pick) if rid is None else next((r for r in able if r.rid == rid), None)
+        )
+        if req is None:
+            return None
+        entry, rebound = self.rebind(req)
+        k = self.cache_prefix(req)
+        self.log.append(f"insert: request {req.rid}, {k} positions, {len(rebound)} pages rebound")
+        return k
+
+    def tree_match(
+        self, req: Request, entry: CacheEntry | None = None, limit: int | None = None
+    ) -> tuple[CacheEntry | None, int]:
+        """The cached prefix (``entry``, or the longest of all) with the longest page-aligned
+        run of ``req``'s tokens, up to ``limit`` positions (None: those it wrote), whose slots
+        in ``req``'s window (once it has written them) have their SWA slots: ``(entry,
+        positions)``, ``(None, 0)`` for none. (The model shares or rebinds no position of the
+        window whose SWA slot the cache lost; what SGLang's SWA radix cache does then is not
+        modelled.)"""
+        c = self.config
+        best, best_m = None, 0
+        k = (req.written if limit is None else limit) // c.page_size * c.page_size
+        for e in self.cache if entry is None else [entry]:
+            m = min(e.length, k)
+            while m > 0 and (
+                tuple(req.tokens[: m + c.offset]) != e.tokens[: m + c.offset]
+                or not self.window_resident(e, range(self.window_start(max(req.written, m)), m))
+            ):
+                m -= c.page_size
+            if m > best_m:
+                best, best_m = e, m
+        return best, best_m
+
+    def window_resident(self, entry: CacheEntry, positions: range) -> bool:
+        """Whether each of ``positions`` of a cached prefix still has its SWA slot (always,
+        without a window)."""
+        if self.lut is None:
+            return True
+        full = self.cached_full_slots(entry)
+        return all(self.lut[full[pos]] for pos in positions)
+
+    def rebind(
+        self, req: Request, entry: CacheEntry | None = None, *, fault: str = ""
+    ) -> tuple[CacheEntry | None, list[tuple[int, int]]]:
+        """Rebind ``req``'s row to the pages of the cached prefix :meth:`tree_match` finds, where
+        its own pages hold the same tokens: each such page of the request is replaced by the
+        cache's (the row's page table names the cache's slots) and freed, a duplicate.
+        ``fault`` makes it wrong (:mod:`engine_model.faults`): ``"off_by_one"`` names, for each
+        rebound page, the cache's next page; ``"unbound"`` frees the duplicates but leaves the
+        table naming them. ``(entry, [(page index, duplicate freed)])``."""
+        c = self.config
+        p = c.page_size
+        entry, m = self.tree_match(req, entry)
+        if entry is None:
+            return None, []
+        rebound = [(i, req.pages[i]) for i in range(m // p) if req.pages[i] != entry.pages[i]]
+        for i, old in rebound:
+            self.req_refs[entry.pages[i]] += 1
+            req.pages[i] = entry.pages[i]
+            self._release(old, cache=False)  # the duplicate
+            named = entry.pages[i + 1] if fault == "off_by_one" else entry.pages[i]
+            if fault != "unbound":
+                self.req_to_token[req.row, i * p : (i + 1) * p] = self.page_slots(named)
+        if rebound:
+            self.events["an insert rebound a row to the cache's pages"] += 1
+            moved = {(req.rid, i * p + j) for i, _ in rebound for j in range(p)}
+            self.last_written = [e for e in self.last_written if e not in moved]
+        return entry, rebound
+
+    def evictable(self) -> list:
+        """``(entry, page index)`` of each cached prefix's last page that no running request
+        holds, oldest first: the leaves the cache may evict (a locked node never is)."""
+        return [(e, len(e.pages) - 1) for e in self.cache if not self.req_refs[e.pages[-1]]]
+
+    def evict(self) -> int | None:
+        """The oldest evictable leaf loses its last page, as SGLang's radix cache evicts leaves
+        by truncation: the page goes back to the allocator when no one else holds it, and a
+        cached prefix left empty is dropped. A page a running request holds (a locked node) is
+        never evicted."""
+        leaves = self.evictable()
+        if not leaves:
+            return None
+        entry, _ = leaves[0]
+        self.truncate(entry, len(entry.pages) - 1)
+        length: int = entry.length
+        self.log.append(f"evict: a cached prefix down to {length}")
+        return length
+
+    def truncate(self, entry: CacheEntry, keep: int) -> list[int]:
+        """Cut a cached prefix to its first ``keep`` pages, releasing the others; the pages."""
+        c = self.config
+        cut = list(entry.pages[keep:])
+        entry.pages = tuple(entry.pages[:keep])
+        entry.length = keep * c.page_size
+        entry.tokens = entry.tokens[: entry.length + c.offset]
+        for page in cut:
+            self._release(page, cache=True)
+        if not entry.pages:
+            self.cache.remove(entry)
+        return cut
+
+    def sweep(self) -> Sweep | None:
+        """Every slot the cache holds, as each group's verify plan entries (translated, like
+        SGLang's radix sweep; an evicted SWA slot is 0, which verify skips)."""
+        full, positions = [], []
+        for entry in self.cache:
+            full.append(self.cached_full_slots(entry))
+            positions += list(range(entry.length))
+        if not full:
+            return None
+        self.steps += 1
+        self.log.append(f"sweep: {len(positions)} cached slots")
+        groups = []
+        for group in self.config.groups:
+            slots = [self.group_slot(group, s) for run in full for s in run]
+            prevs = [
+                p for run in full for p in [-1] + [self.group_slot(group, s) for s in run[:-1]]
+            ]
+            groups.append(
+                SweepGroup(
+                    group, *(np.asarray(x, dtype=np.int64) for x in (slots, positions, prevs))
+                )
+            )
+        return Sweep(tuple(groups))

@@ -1,0 +1,177 @@
+"""The state an engine keeps (:class:`EngineState`), its requests (:class:`Request`) and
+its cached prefixes (:class:`CacheEntry`), with the reads every part of the engine shares; the
+parts that change it are the mixins of :class:`engine_model.engine.Engine`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine_model.config import KV_BYTES, EngineConfig
+from engine_model.hooks import EngineHooks
+from engine_model.vocabulary import FULL, SWA
+
+__all__ = ["CacheEntry", "EngineState", "Request"]
+
+
+@dataclass
+class Request:
+    """A request as the engine keeps it: its id, its pool row, the tokens it knows and the
+    token oracle's, the positions whose KV it wrote, the page of each page index, and whether
+    it has sampled a token (it decodes)."""
+
+    rid: int
+    row: int
+    tokens: list  # what the engine knows: the prompt and the tokens sampled so far
+    truth: list  # the token oracle's tokens, one per known position
+    written: int = 0  # positions whose KV is written
+    pages: list = field(default_factory=list)  # page of each page index
+    decoding: bool = False
+
+
+@dataclass
+class CacheEntry:
+    """A cached prefix: a path of pages of the prefix cache (a radix tree's, one entry a leaf's
+    path), with its tokens and the number of positions it holds."""
+
+    tokens: tuple  # the tokens of the cached positions (plus ``offset`` more)
+    pages: tuple
+    length: int  # cached positions, a multiple of page_size
+
+
+class EngineState:
+    """The state of an engine (see :mod:`engine_model.engine`) and what every part of it reads:
+    the slot of a request's position in each buffer group, its window, what it has left to
+    write. :class:`engine_model.engine.Engine` adds the steps."""
+
+    def __init__(self, config: EngineConfig):
+        #: the engine's sizes and options
+        self.config = c = config
+        self.rng = np.random.default_rng(c.seed)
+        self.next_token = int(self.rng.integers(1000, 2**20))
+        self.next_rid = 1
+        n_slots = c.num_slots
+        # the page table and the expected-token pool start with stale values, as reused memory
+        self.req_to_token = self.rng.integers(1, n_slots, (c.pool_rows, c.context_len)).astype(
+            np.int32
+        )
+        self.pool = self.rng.integers(1, 2**30, (c.pool_rows, c.context_len + c.offset)).astype(
+            np.int32
+        )
+        pages = list(range(1, c.num_pages))
+        self.rng.shuffle(pages)
+        #: the pages the allocator hands out next, first in line first
+        self.free_pages: list[int] = pages
+        #: the pool rows free for a new request, first in line first
+        self.free_rows: list[int] = list(range(1, c.pool_rows))
+        #: per page, the requests that hold it, and the cached prefixes that do
+        self.req_refs = np.zeros(c.num_pages, dtype=np.int64)
+        self.cache_refs = np.zeros(c.num_pages, dtype=np.int64)
+        #: the full-to-SWA table under a window (0: the full slot has no SWA slot), else None
+        self.lut: np.ndarray | None = None
+        if c.swa_window:
+            self.lut = np.zeros(n_slots, dtype=np.int64)
+            swa = list(range(1, c.group_slots(SWA)))
+            self.rng.shuffle(swa)
+            self.free_swa: list[int] = swa
+        #: the running requests by id, the retracted ones waiting, and the prefix cache
+        self.running: dict[int, Request] = {}
+        self.waiting: list[Request] = []
+        self.cache: list[CacheEntry] = []
+        self.last_written: list[tuple[int, int]] = []  # (request, position) of the last forward
+        #: the faults armed in the next steps, and what they did (:mod:`engine_model.faults`)
+        self.hooks = EngineHooks()
+        #: how often each situation the suite counts came about (named where it comes about)
+        self.events: Counter[str] = Counter()
+        self.steps = 0
+        self.log: list[str] = []
+        #: the step of each request's last forward
+        self.last_run: dict[int, int] = {}
+        #: the forward mode that wrote each ``(request, position)`` last (the name of
+        #: :data:`~engine_model.vocabulary.DRAFT_DECODE` for a decode of the draft model, whose
+        #: input assert is off), and the step
+        self.written_by: dict[tuple[int, int], str] = {}
+        self.written_at: dict[tuple[int, int], int] = {}
+        self._drafting: dict[int, tuple[list, list, int]] = {}  # a target verify's drafts
+        self._draft: dict[int, int] = {}  # a draft decode's token per request
+        self._overflow = False  # whether this step's verify plans overflow
+        self._captured: set[int] = set()  # the batch sizes of the graphs replayed so far
+        #: per pool row, ``(request, tokens it knew)`` of its last owner when it left the row
+        self._row_last_len: dict[int, tuple[int, int]] = {}
+        self._keys = 0  # the last host copy's key
+        #: a retracted request's backup: ``(host copy, positions written, SWA-resident mask)``
+        self.backups: dict[int, tuple[int, int, list[bool]]] = {}
+        #: the full slots of the last move's source and destination, position by position
+        self.last_move: tuple[list[int], list[int]] | None = None
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _fresh(self, n: int) -> list:
+        """``n`` fresh tokens, distinct from every token made before."""
+        out = [self.next_token + 7 * i for i in range(n)]
+        self.next_token += 7 * n
+        return out
+
+    def full_slot(self, req: Request, pos: int) -> int:
+        """The full-pool slot of ``req``'s position ``pos``, through its pages."""
+        page: int = req.pages[pos // self.config.page_size]
+        return page * self.config.page_size + pos % self.config.page_size
+
+    def group_slot(self, group: str, full: int) -> int:
+        """A full-pool slot's canary slot in ``group``: itself in ``FULL``, its SWA slot in
+        ``SWA`` (0: evicted)."""
+        if group == SWA:
+            assert self.lut is not None
+            return int(self.lut[full])
+        return int(full)
+
+    def window_start(self, prefix: int, group: str = SWA) -> int:
+        """The first position a group's verify reads of a row with ``prefix`` written."""
+        w = self.config.swa_window if group == SWA else 0
+        return max(0, prefix - w) if w else 0
+
+    def will_run(self, req: Request) -> bool:
+        """Whether the request has a position left to write (a full one only waits to finish)."""
+        if req.written >= self.config.context_len:
+            return False
+        return self.pending(req) == 1 if req.decoding else self.pending(req) > 0
+
+    def pending(self, req: Request) -> int:
+        """The positions ``req`` knows the tokens of and has not written."""
+        return len(req.tokens) - self.config.offset - req.written
+
+    def page_slots(self, page: int) -> range:
+        """The full-pool slots of ``page``."""
+        p = self.config.page_size
+        return range(page * p, (page + 1) * p)
+
+    def _kv(self, n: int) -> np.ndarray:
+        """The KV bytes of ``n`` slots a forward writes: distinct and non-zero."""
+        return self.rng.integers(1, 256, (n, KV_BYTES)).astype(np.uint8)
+
+    def cached_full_slots(self, entry: CacheEntry) -> list[int]:
+        """The full-pool slot of each position a cached prefix holds."""
+        holder = Request(0, 0, [], [], pages=list(entry.pages))
+        return [self.full_slot(holder, p) for p in range(entry.length)]
+
+    def slots_of(self, entries, group: str = FULL) -> frozenset:
+        """The canary slots of ``group`` the given ``(request, position)`` pairs are written in
+        now (an evicted SWA slot is left out)."""
+        out = set()
+        for rid, pos in entries:
+            req = self.running.get(rid)
+            if req is not None and pos < req.written:
+                out.add(self.group_slot(group, self.full_slot(req, pos)))
+        return frozenset(out - {0})
+
+    def describe(self) -> str:
+        """The configuration and the last steps of the history, for a failure message."""
+        c = self.config
+        return (
+            f"{c!r}\n       history: "
+            + "; ".join(self.log[-16:])
+            + (f" (last 16 of {len(self.log)})" if len(self.log) > 16 else "")
+        )
