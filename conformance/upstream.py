@@ -75,6 +75,11 @@ RELEASES: tuple[Release, ...] = tuple(
     for kv_canary, *versions in _KV_CANARY_VERSIONS
     for version in versions
 )
+#: Their versions, oldest first.
+VERSIONS = tuple(r.version for r in RELEASES)
+#: The release the project installs by default (``scripts/_env.sh``, ``tests/installed.py``):
+#: the newest. ``tests/tools/test_workflows.py`` holds the scripts' copy to it.
+DEFAULT_RELEASE = VERSIONS[-1]
 
 
 def content_hash(folder: str | os.PathLike) -> str:
@@ -145,7 +150,16 @@ def release(version: str) -> Release:
 #: kernel path, the one SGLang takes on CUDA, has a file and a leg of its own
 #: (``CANARY_SGLANG_PLAN=kernels``; the tox legs ``sglang-kernels-0.5.NN``). Before 0.5.21 the
 #: kernel path is the CPU path, and the release's one file covers it.
-KERNEL_PATH_RELEASES = ("0.5.21", "0.5.22", "0.5.23")
+KERNEL_PATH_RELEASES = VERSIONS[VERSIONS.index("0.5.21") :]
+
+
+def reproduces_on(tag: int, version: str | None) -> bool | None:
+    """Whether ``docs/UPSTREAM.md``'s divergence ``tag`` reproduces on release ``version`` (its
+    range in :data:`conformance.upstream_table.DIVERGENCES`; None: a release not listed)."""
+    if version not in VERSIONS:
+        return None
+    first, last = (VERSIONS.index(v) for v in upstream_table.DIVERGENCES[tag].reproduces)
+    return first <= VERSIONS.index(version) <= last
 
 
 def plan_path() -> str:

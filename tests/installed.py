@@ -54,6 +54,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.upstream import DEFAULT_RELEASE
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: The file implementation written into the empty folder: canary_torch under another name.
@@ -471,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", metavar="DIR", help="kept after the check (default: a temporary folder)")  # fmt: skip
     parser.add_argument("--inside", metavar="DIR", help="compare: the reports of the runs inside (see 5.)")  # fmt: skip
     parser.add_argument("--torch", default="torch==2.13.0", help="torch to install first (default %(default)s)")  # fmt: skip
-    parser.add_argument("--sglang", default="sglang==0.5.23", help="SGLang release for the SGLang run (default %(default)s)")  # fmt: skip
+    parser.add_argument("--sglang", default=f"sglang=={DEFAULT_RELEASE}", help="SGLang release for the SGLang run (default %(default)s)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.step and not args.workdir:
         parser.error(f"{args.step} needs --workdir")

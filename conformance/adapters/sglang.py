@@ -98,8 +98,11 @@ import types
 from pathlib import Path
 
 import torch
+import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
+from triton.runtime.jit import JITFunction
 
-from conformance import upstream
+from conformance import bounds, upstream
 
 #: What the suite may give this implementation: sources of at most 2 dimensions.
 CANARY_CAPABILITIES = {"source_ndim_max": 2}
@@ -337,13 +340,10 @@ def _copy_function(fn: types.FunctionType, namespace: dict) -> types.FunctionTyp
     return copy
 
 
-def _interpreted_namespace(module: types.ModuleType, **overrides) -> dict:
+def interpreted_namespace(module: types.ModuleType, **overrides) -> dict:
     """``module``'s globals with each ``@triton.jit`` function (its own and those it imported)
     interpreted, and its plain functions copied so that they call those; ``overrides``
     replace names first."""
-    from triton.runtime.interpreter import InterpretedFunction
-    from triton.runtime.jit import JITFunction
-
     namespace = {**vars(module), **overrides}
     namespace["__name__"] = f"{module.__name__}[interpreted]"
     for name, value in list(namespace.items()):
@@ -362,10 +362,6 @@ def _interpreted_namespace(module: types.ModuleType, **overrides) -> dict:
 def _interpreted_language_helpers() -> dict:
     """Triton's own ``@jit`` helpers of ``triton.language`` (``tl.sum``, ``tl.cumsum``, ...),
     interpreted: they were decorated, compiled, when Triton was imported."""
-    import triton.language as tl
-    from triton.runtime.interpreter import InterpretedFunction
-    from triton.runtime.jit import JITFunction
-
     return {
         name: InterpretedFunction(value.fn)
         for name, value in vars(tl).items()
@@ -377,8 +373,6 @@ def _interpreted_language_helpers() -> dict:
 def _interpreted_language():
     """Inside the block, ``triton.language``'s ``@jit`` helpers are the interpreted ones (one
     interpreted launch at a time, as Triton's interpreter itself patches the language)."""
-    import triton.language as tl
-
     helpers = _interpreted_language_helpers()
     saved = {name: getattr(tl, name) for name in helpers}
     for name, helper in helpers.items():
@@ -393,7 +387,7 @@ def _interpreted_language():
 @functools.cache
 def _interpreted_scatter() -> types.FunctionType:
     """SGLang's scatter launcher, launching its Triton kernel interpreted."""
-    return _interpreted_namespace(scatter)["launch_scatter_req_token_ids_kernel"]
+    return interpreted_namespace(scatter)["launch_scatter_req_token_ids_kernel"]
 
 
 @functools.cache
@@ -401,7 +395,7 @@ def _kernels_path_plan() -> types.FunctionType:
     """SGLang's plan launcher on its kernel path (its CUDA path's checks, the Triton offsets
     kernel interpreted, then the CUDA entries kernel, which the stand-in JIT loader stops),
     also where a release from 0.5.21 would dispatch CPU tensors to its torch reference."""
-    offsets = _interpreted_namespace(plan_offsets)["launch_plan_offsets_kernel"]
+    offsets = interpreted_namespace(plan_offsets)["launch_plan_offsets_kernel"]
     overrides: dict = {"launch_plan_offsets_kernel": offsets}
     if "use_torch_reference" in vars(plan_api):
         overrides["use_torch_reference"] = lambda device: False
@@ -413,8 +407,6 @@ def _watched(name: str, **arguments):
     """The suite's memory-bounds watch over an interpreted launch (``conformance.bounds``): an
     access outside the call's buffers is masked off, so that it cannot corrupt this process,
     and fails the call with an ``AssertionError`` naming it."""
-    from conformance import bounds
-
     return bounds.watching(f"{name}()", **arguments)
 
 

@@ -1,30 +1,37 @@
-"""conformance.sglang_manager: SGLang's per-forward runtime (SingleForwardManager, its
-launches, the expected-token scatter, the sweep orchestrator) equals the reference after every
-step of an engine history, the leg fails where SGLang's side is given a different forward, a
-fault made through it is reported alike, the batch stand-in provides every field the runtime
-reads, and the CPU stand-ins of torch are put back."""
+"""The per-forward leg (conformance.sglang_manager, its parts in conformance.sglang): SGLang's
+per-forward runtime (SingleForwardManager, its launches, the expected-token scatter, the sweep
+orchestrator) equals the reference after every step of an engine history, the leg fails where
+SGLang's side is given a different forward, a fault made through it is reported alike, the
+batch stand-in provides every field the runtime reads, and the CPU stand-ins of torch are put
+back."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 
 import numpy as np
 import pytest
 import torch
 
-from conformance import sglang_manager as sm
+import reference
+from conformance import upstream
+from conformance.engine_support import BITS, SLOT
+from conformance.sglang import fired, histories, loading, manager_run, standins, trials
+from engine_model import Engine
 from tests.suite.test_sglang_runtime import _read_attributes
 
 
 @pytest.mark.parametrize("index", [3, 9])  # no window and no offset; a window and the offset
 def test_a_correct_history_is_equal_after_every_step(index):
-    side = sm.run_history(index, steps=25)
-    assert sum(n for m, n in side.modes.items() if m not in ("SWEEP",)) >= 10, side.modes
+    side = manager_run.run_history(index, steps=25)
+    forwards = sum(n for label, n in side.step_counts.items() if label != "SWEEP")
+    assert forwards >= 10, side.step_counts
     assert not side.not_managed, side.not_managed
 
 
 def test_the_leg_fails_where_sglang_is_given_another_forward(monkeypatch):
-    real = sm.manager_batches
+    real = manager_run.manager_batches
 
     def swapped(forward, mods):  # two tokens' slots exchanged in the batch SGLang sees
         outside, inside = real(forward, mods)
@@ -33,13 +40,13 @@ def test_the_leg_fails_where_sglang_is_given_another_forward(monkeypatch):
             loc[[0, 1]] = loc[[1, 0]]
         return outside, dataclasses.replace(inside, out_cache_loc=loc)
 
-    monkeypatch.setattr(sm, "manager_batches", swapped)
+    monkeypatch.setattr(manager_run, "manager_batches", swapped)
     with pytest.raises(AssertionError, match="canary buffer differs"):
-        sm.run_history(3, steps=25)
+        manager_run.run_history(3, steps=25)
 
 
 def test_a_fault_through_sglangs_runtime_is_reported_as_the_reference_reports_it():
-    outcome, problems, side = sm.fault_trial("page_swap", 0, "DECODE")
+    outcome, problems, side = trials.fault_trial("page_swap", 0, "DECODE")
     assert (outcome, problems) == ("reported", [])
     assert sum(side.fired.values()) > 0
 
@@ -53,27 +60,27 @@ def test_the_batch_stand_in_provides_every_field_the_runtime_reads():
     ):
         read |= _read_attributes("forward_batch", module)
         read |= _read_attributes("maybe_inaccurate_forward_batch", module)
-    fields = {f.name for f in dataclasses.fields(sm.ManagerBatchStandIn)}
+    fields = {f.name for f in dataclasses.fields(standins.ManagerBatchStandIn)}
     assert read <= fields, read - fields
 
 
 def test_the_reports_left_out_are_only_those_of_divergence_20():
-    sm.modules()
-    engine = sm.Engine(dataclasses.replace(sm.sglang_runtime.config(6)))  # the offset 1
-    forwards = [*sm.sglang_runtime.history(6, engine=engine)]
+    loading.manager_modules()
+    engine = Engine(histories.engine_config(6))  # the offset 1
+    forwards = [*histories.history(6, engine=engine)]
     extend = next(f for f in forwards if f.mode == "DRAFT_EXTEND_V2")
     decode = next(f for f in forwards if f.mode == "DECODE" and f.kind == "decode")
     slot = int(extend.groups[0].out_cache_loc[0])
     rows = np.zeros((3, 8), dtype=np.int64)
-    rows[:, sm.SLOT] = slot
-    rows[:, sm.BITS] = [8, 8 | 1, 16]
-    assert sm.draft_extend_reports(engine, extend, rows).tolist() == [True, False, False]
-    assert not sm.draft_extend_reports(engine, decode, rows).any()
+    rows[:, SLOT] = slot
+    rows[:, BITS] = [8, 8 | 1, 16]
+    assert manager_run.draft_extend_reports(engine, extend, rows).tolist() == [True, False, False]
+    assert not manager_run.draft_extend_reports(engine, decode, rows).any()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the stand-ins apply without CUDA only")
 def test_the_cpu_stand_ins_of_torch_are_put_back():
-    with sm._cpu_only():
+    with loading.cpu_only():
         assert torch.zeros(2, pin_memory=True).tolist() == [0, 0]
         assert torch.cuda.is_current_stream_capturing() is False
     with pytest.raises(RuntimeError):
@@ -81,24 +88,24 @@ def test_the_cpu_stand_ins_of_torch_are_put_back():
 
 
 def test_sglangs_violation_reporter_must_log_every_row_of_its_ring():
-    outcome, problems, side = sm.fault_trial("page_swap", 0, "DECODE")
+    outcome, problems, side = trials.fault_trial("page_swap", 0, "DECODE")
     assert problems == [] and side.logged, problems
     side.logged[:] = side.logged[1:]  # one row's message lost
-    assert sm.logged_problems(side), "a lost message must fail the trial"
+    assert manager_run.logged_problems(side), "a lost message must fail the trial"
 
 
 def test_a_flipped_cached_byte_is_reported_by_a_sharing_extend_through_sglang():
-    side = sm.shared_prefix_trial(0)
-    real_kv = int(sm.reference.FailReason.VERIFY_REAL_KV_HASH_MISMATCH)
+    side = trials.shared_prefix_trial(0)
+    real_kv = int(reference.FailReason.VERIFY_REAL_KV_HASH_MISMATCH)
     assert any(m == "EXTEND" and bits & real_kv for m, _, bits in side.fired), side.fired
 
 
 def test_divergence_20_is_expected_on_every_listed_release():
-    assert sm.divergence_expected(20) in (True, None)
+    assert upstream.reproduces_on(20, upstream.installed_version()) in (True, None)
 
 
 def test_the_leg_compares_sglangs_plans_with_the_references(monkeypatch):
-    mods = sm.modules()
+    mods = loading.manager_modules()
     real = mods.manager.invoke_plan
 
     def off_by_one(**kwargs):  # SGLang's plan, then one seed changed
@@ -107,27 +114,26 @@ def test_the_leg_compares_sglangs_plans_with_the_references(monkeypatch):
 
     monkeypatch.setattr(mods.manager, "invoke_plan", off_by_one)
     with pytest.raises(AssertionError, match="write_seed_slot_indices"):
-        sm.run_history(3, steps=25)
+        manager_run.run_history(3, steps=25)
 
 
 def test_the_readmes_table_of_fired_checks_is_read_and_compared_both_ways():
     """The leg holds the README's table to its run: a cell that says a check cannot fire is
     one that never fired, and the other way round (the leg reports each difference)."""
-    from collections import Counter
-
-    release, cannot = sm.readme_never_cells()
+    release, cannot = fired.readme_never_cells()
     assert release.count(".") >= 2, release
     assert ("TOKEN", "SWEEP") in cannot and ("CHAIN", "DECODE") not in cannot
-    chain, token = int(sm.CHECKS["CHAIN"]), int(sm.CHECKS["TOKEN"])
-    fired = Counter({("DECODE", 0, chain | token): 2, ("SWEEP", 0, chain): 1})
-    never = {cell for cell, n in sm.fired_counts(fired).items() if n == 0}
+    assert ("WRITE_TOKEN", "DECODE of the draft model") in cannot  # the header's "draft DECODE"
+    chain, token = int(fired.CHECKS["CHAIN"]), int(fired.CHECKS["TOKEN"])
+    reports = Counter({("DECODE", 0, chain | token): 2, ("SWEEP", 0, chain): 1})
+    never = {cell for cell, n in fired.fired_counts(reports).items() if n == 0}
     assert ("TOKEN", "SWEEP") in never and ("REAL_KV", "DECODE") in never
     assert ("CHAIN", "DECODE") not in never and ("TOKEN", "DECODE") not in never
-    assert sm.table_problems(fired, never) == []
+    assert fired.table_problems(reports, never) == []
     # a cell said to fire that never did, and one said not to fire that did
     wrong = (never - {("REAL_KV", "DECODE")}) | {("CHAIN", "DECODE")}
-    assert sm.table_problems(fired, wrong) == [
+    assert fired.table_problems(reports, wrong) == [
         "REAL_KV never fired in DECODE, which the README says it does",
         "CHAIN fired in DECODE, which the README says it cannot",
     ]
-    assert "| TOKEN | 2 | never |" in sm.fired_table(fired)
+    assert "| TOKEN | 2 | never |" in fired.fired_table(reports)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conformance.upstream import KERNEL_PATH_RELEASES, RELEASES
+from conformance.upstream import DEFAULT_RELEASE, KERNEL_PATH_RELEASES, RELEASES
 from tools.gpu_types import GPU_TYPES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,6 +131,18 @@ def test_nightly_runs_every_mutation_session_and_every_release():
     assert kernels == list(KERNEL_PATH_RELEASES)
     assert re.search(r'tox -e "sglang-kernels-\$RELEASE"', steps_text(jobs["upstream-kernels"]))
     assert "schedule" in workflow("nightly.yml")[True]  # YAML 1.1 reads the key `on` as True
+
+
+def test_the_scripts_install_the_default_sglang_release():
+    """scripts/_env.sh installs the SGLang release conformance/upstream.py names the default
+    (the newest), unless CANARY_SGLANG names another: the shell's copy of the Python one."""
+    text = (ROOT / "scripts" / "_env.sh").read_text()
+    found = re.search(r'sglang_spec="\$\{CANARY_SGLANG:-sglang==([^}"]+)\}"', text)
+    assert found, "scripts/_env.sh: no default SGLang release (sglang_spec)"
+    assert found[1] == DEFAULT_RELEASE, (
+        f"scripts/_env.sh installs sglang=={found[1]} by default, conformance/upstream.py "
+        f"names {DEFAULT_RELEASE}"
+    )
 
 
 def test_nightly_runs_the_gate_on_the_whole_suite():

@@ -1,0 +1,251 @@
+"""The engine histories the SGLang legs run, their engines, their seeds, and how a run counts
+their steps.
+
+Every seed of the legs (and of the detection table, ``tools/detection_table.py``) is named in
+:data:`SEEDS`: the engine of history or trial ``i`` takes the seed its kind starts at plus
+``i``. :func:`engine_config` is the one place an engine of the legs is configured: the options
+cycle over the index (pages of 1, 2 and 4 slots, then without and with a window, then without
+and with the EAGLE offset), the sizes are :data:`POOL_SLOTS` and :data:`SWA_SLOTS`.
+:func:`history` is a history of random scheduler events in every forward mode;
+:func:`step_label` is how a run counts a step (a :class:`engine_model.vocabulary.StepLabel`),
+and :data:`REQUIRED_STEPS` the labels every run of the runtime leg must reach.
+
+Torch-free: the detection table reads its seeds from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine_model import Engine, EngineConfig, Forward, Move, Sweep
+from engine_model.vocabulary import (
+    DECODE,
+    DRAFT_DECODE,
+    DRAFT_EXTEND_V2,
+    EXTEND,
+    FORWARD_MODES,
+    IDLE,
+    MIXED,
+    MOVE_STEP,
+    ORACLE_MODES,
+    SWEEP_STEP,
+    TARGET_VERIFY,
+    StepLabel,
+)
+from reference import RealKvHashMode
+
+__all__ = [
+    "EXPECTED_INPUTS_REQUIRED",
+    "REQUIRED",
+    "REQUIRED_STEPS",
+    "SEEDS",
+    "Seed",
+    "Seeds",
+    "engine_config",
+    "hash_mode",
+    "history",
+    "step_label",
+]
+
+
+@dataclass(frozen=True)
+class Seed:
+    """Where the seeds of one kind start, and ``what`` they seed: the one of history or trial
+    ``index`` is ``first + index`` (``seed(index)``)."""
+
+    first: int
+    what: str
+
+    def __call__(self, index: int) -> int:
+        return self.first + index
+
+
+@dataclass(frozen=True)
+class Seeds:
+    """Every seed of the SGLang legs and of the detection table, by what it is for: an engine's
+    (its ``EngineConfig.seed``: every token, KV byte and stale value) or a generator's draws."""
+
+    history: Seed = Seed(7000, "the engines of the correct histories both legs run")
+    scheduler: Seed = Seed(0, "the scheduler's draws of a history (numpy's default_rng)")
+    req_to_token_trial: Seed = Seed(9100, "the runtime leg's req_to_token perturbation trials")
+    kv_perturbation_trial: Seed = Seed(9300, "the runtime leg's KV perturbation trials")
+    fault_trial: Seed = Seed(9500, "the manager leg's trials of a fault of every class")
+    next_token_swap_trial: Seed = Seed(9700, "the runtime leg's next_token_swap trials")
+    shared_prefix_trial: Seed = Seed(9900, "the manager leg's shared-prefix trials")
+    sglang_picks: Seed = Seed(0, "SGLang's own random picks in a perturbation trial")
+    detection_class: Seed = Seed(
+        1000, "the detection table's engines: trial t of the k-th fault class takes 1000 k + t"
+    )
+    detection_trial: Seed = Seed(0, "the detection table's draws of a fault's place and byte")
+    detection_serving: Seed = Seed(10_000, "the detection table's draws after a fault")
+
+    def detection_engine(self, class_index: int, trial: int) -> int:
+        """The seed of the detection table's engine of ``trial`` of the ``class_index``-th
+        fault class."""
+        return self.detection_class.first * class_index + trial
+
+
+#: Every seed of the SGLang legs and of the detection table.
+SEEDS = Seeds()
+
+#: The options that cycle over a history's index: pages of 1, 2 and 4 slots, then no window or
+#: a window of 5 positions, then without and with the EAGLE offset.
+PAGE_SIZES = (1, 2, 4)
+WINDOWS = (0, 5)
+EAGLE_OFFSETS = (0, 1)
+#: The sizes of the legs' engines: slots of the full pool, of the SWA pool under a window, rows
+#: of the page table and positions of a row.
+POOL_SLOTS = 96
+SWA_SLOTS = 60
+POOL_ROWS = 6
+CONTEXT_LEN = 16
+#: The hash modes a trial's index cycles over.
+HASH_MODES = tuple(RealKvHashMode)
+
+
+def hash_mode(index: int) -> int:
+    """The hash mode of trial ``index``: NONE, PARTIAL and ALL in turn."""
+    return int(HASH_MODES[index % len(HASH_MODES)])
+
+
+def engine_config(
+    index: int,
+    *,
+    seed: Seed = SEEDS.history,
+    real_kv_hash_mode: int = int(RealKvHashMode.ALL),
+    eagle_offset: int | None = None,
+) -> EngineConfig:
+    """The engine of history or trial ``index``, its seed ``seed(index)``: the options of
+    :data:`PAGE_SIZES`, :data:`WINDOWS` and :data:`EAGLE_OFFSETS` in turn (``eagle_offset``:
+    that offset instead)."""
+    page = PAGE_SIZES[index % len(PAGE_SIZES)]
+    window = WINDOWS[index // len(PAGE_SIZES) % len(WINDOWS)]
+    if eagle_offset is None:
+        eagle_offset = EAGLE_OFFSETS[index // (len(PAGE_SIZES) * len(WINDOWS)) % 2]
+    return EngineConfig(
+        page_size=page, num_pages=POOL_SLOTS // page, pool_rows=POOL_ROWS,
+        context_len=CONTEXT_LEN, swa_window=window, offset=eagle_offset,
+        mode=real_kv_hash_mode, seed=seed(index), swa_slots=SWA_SLOTS if window else 0,
+    )  # fmt: skip
+
+
+#: The steps a history has by default, and the requests admitted before them.
+STEPS = 40
+FIRST_REQUESTS = 3
+#: The prefill chunk of a step that prefills or decodes, and the draft model's draft steps.
+PREFILL_CHUNK = 6
+DRAFT_STEPS = 3
+#: A decode replaying a CUDA graph, and the op that makes it (the step's settle-mode name).
+GRAPH_DECODE_STEP = StepLabel(DECODE, graph=True)
+GRAPH_DECODE = GRAPH_DECODE_STEP.name
+#: A history's scheduler events, drawn uniformly: their order and number decide the draws.
+OPS = ("admit", "prefill", "decode", GRAPH_DECODE, "mixed", "idle", "verify", "draft",
+       "draftext", "finish", "retract", "readmit", "receive", "relocate", "twin", "sweep")  # fmt: skip
+
+
+def history(
+    index: int, steps: int = STEPS, on_sweep=None, run=None, engine: Engine | None = None
+) -> list[Forward]:
+    """The forwards of one engine history: random scheduler events and every forward mode;
+    ``on_sweep(engine, sweep)`` is called at each cache sweep, with the engine as it is then;
+    ``run(step)``, if given, at each step as it is made (forwards, sweeps and moves of KV
+    without a forward, in order); ``engine``: the engine to run it on (default: a new one of
+    :func:`engine_config`)."""
+    engine = Engine(engine_config(index)) if engine is None else engine
+    rng = np.random.default_rng(SEEDS.scheduler(index))
+    out: list[Forward] = []
+
+    def keep(*made) -> None:
+        for one in made:
+            items = one if isinstance(one, list) else [one]
+            out.extend(f for f in items if isinstance(f, Forward))
+            if run is not None:
+                for step in items:
+                    if isinstance(step, (Forward, Sweep, Move)):
+                        run(step)
+
+    for _ in range(FIRST_REQUESTS):
+        engine.admit(int(rng.integers(2, 7)), 0)
+    for _ in range(steps):
+        op = rng.choice(OPS)
+        pick = int(rng.integers(0, 8))
+        _event(engine, rng, op, pick, keep)
+        _forward(engine, op, pick, int(rng.integers(1, 7)), keep, on_sweep)
+    return out
+
+
+def _event(engine: Engine, rng, op: str, pick: int, keep) -> None:
+    """The scheduler event of ``op`` that comes before a step's forward, if any."""
+    if op == "admit":
+        engine.admit(int(rng.integers(1, 8)), pick % 3)
+    elif op in ("finish", "retract", "readmit", "relocate"):
+        keep(getattr(engine, op)(pick))
+    elif op == "receive":
+        keep(engine.receive(int(rng.integers(2, 8))))
+    elif op == "twin":  # computed again, then inserted: its row rebound to the cache's pages
+        rid = engine.admit_twin(pick, int(rng.integers(1, 4)))
+        keep(engine.prefill(PREFILL_CHUNK))
+        if rid is not None:
+            engine.insert(0, rid=rid)
+
+
+def _forward(engine: Engine, op: str, pick: int, chunk: int, keep, on_sweep) -> None:
+    """The step of ``op`` (a prefill, or else a decode, after a scheduler event)."""
+    if op == "prefill":
+        keep(engine.prefill(chunk))
+    elif op == GRAPH_DECODE:
+        keep(engine.decode(pick % 3, graph=True))
+    elif op == "mixed":
+        keep(engine.mixed(chunk))
+    elif op == "idle":
+        keep(engine.idle(1 + pick % 2))
+    elif op == "verify":
+        keep(engine.target_verify(2 + pick % 3, pick))
+    elif op == "draft":
+        keep(engine.draft_decode(DRAFT_STEPS))
+    elif op == "sweep":
+        sweep = engine.sweep()
+        if sweep is not None and on_sweep is not None:
+            on_sweep(engine, sweep)
+        keep(sweep)
+    elif op == "draftext":
+        keep(engine.draft_extend(1 + pick % 3))
+    else:
+        keep(engine.prefill(PREFILL_CHUNK) or engine.decode(0))
+
+
+def step_label(step) -> StepLabel:
+    """How a run counts ``step``: a forward by its mode and how it ran (on the prefill engine,
+    in the draft model, replaying a graph: an idle step replays nothing), or a sweep, or KV
+    moved without a forward."""
+    if isinstance(step, Sweep):
+        return SWEEP_STEP
+    if isinstance(step, Move):
+        return MOVE_STEP
+    if step.engine:
+        return StepLabel(step.mode, prefill_engine=True)
+    if step.kind == "draft_decode":
+        return DRAFT_DECODE
+    return StepLabel(step.mode, graph=step.graph and step.mode != IDLE)
+
+
+#: The step labels every run of the runtime leg must compare at least once: every forward
+#: mode, a decode replaying a graph, the draft model's decode and a prefill engine's extend.
+REQUIRED_STEPS = (
+    StepLabel(EXTEND),
+    StepLabel(DECODE),
+    GRAPH_DECODE_STEP,
+    StepLabel(MIXED),
+    StepLabel(IDLE),
+    StepLabel(TARGET_VERIFY),
+    DRAFT_DECODE,
+    StepLabel(DRAFT_EXTEND_V2),
+    StepLabel(EXTEND, prefill_engine=True),
+)
+#: Their text, as the leg prints them.
+REQUIRED = tuple(str(label) for label in REQUIRED_STEPS)
+#: The forward modes whose expected inputs every run must compare at least once: those of the
+#: token oracle, then the others.
+EXPECTED_INPUTS_REQUIRED = (*ORACLE_MODES, *(m for m in FORWARD_MODES if m not in ORACLE_MODES))

@@ -1,0 +1,449 @@
+"""SGLang's per-forward runtime over an engine's history, beside the reference: the
+``SingleForwardManager`` of each forward, the ``SweepOrchestrator`` at each sweep and the host
+side's ``ViolationManager`` and ``ViolationReporter`` (:class:`ManagerRun`), the batches it is
+given (:func:`manager_batches`), the check that its reporter logged every row of its ring
+(:func:`logged_problems`), the reports of the divergence [20] that no side's comparison counts
+(:func:`draft_extend_reports`), and a correct history run through it (:func:`run_history`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import types
+from collections import Counter
+
+import numpy as np
+import torch
+
+import reference
+from conformance import driver
+from conformance.driver import ReferenceSide
+from conformance.engine_support import BITS, KIND, SLOT, TAGS, ImplRun, OracleRun
+from conformance.sglang import histories, loading
+from conformance.sglang.standins import (
+    EngineTokenOracle,
+    ManagerBatchStandIn,
+    forward_batch,
+    int64_tensor,
+    request_ids,
+    swept_cache,
+)
+from engine_model import PREFILL_ENGINE, Engine, Forward, Move, Sweep
+from engine_model.vocabulary import DRAFT_EXTEND_V2, FULL, HEAD, SWEEP, TAIL
+
+__all__ = [
+    "ManagerRun",
+    "draft_extend_reports",
+    "logged_problems",
+    "manager_batches",
+    "run_history",
+]
+
+
+def manager_batches(
+    forward: Forward, mods
+) -> tuple[ManagerBatchStandIn, ManagerBatchStandIn] | None:
+    """The batch SGLang's runtime sees outside the forward (a replayed graph's live rows
+    only) and inside it, for ``forward`` (None: a forward SGLang never makes)."""
+    inner = forward_batch(forward)
+    if inner is None:
+        return None
+    fields = {f.name: getattr(inner, f.name) for f in dataclasses.fields(inner)}
+    loc = int64_tensor(forward.group(FULL).out_cache_loc)
+    rows = inner.req_pool_indices
+    live = rows != 0 if forward.graph else torch.ones_like(rows, dtype=torch.bool)
+    flat = lens = None
+    if forward.scatter is not None:
+        s = forward.scatter
+        reqs = [
+            types.SimpleNamespace(
+                origin_input_ids=request_ids(s["flat_in"][a:b]), output_ids=request_ids([])
+            )
+            for a, b in zip(s["offsets"][:-1], s["offsets"][1:], strict=True)
+        ]
+        with loading.cpu_only():
+            flat, lens = mods.scatter.compute_req_all_ids_info(reqs)
+    full = ManagerBatchStandIn(
+        **fields, batch_size=int(rows.shape[0]), out_cache_loc=loc, req_all_ids_flat=flat
+    )
+    outside_fields = dict(fields)
+    outside_fields.update(
+        req_pool_indices=rows[live],
+        req_all_ids_lens=lens,
+        positions=inner.positions[
+            : int(np.isin(forward.token_rows, np.flatnonzero(live.numpy())).sum())
+        ],
+    )
+    outside = ManagerBatchStandIn(
+        **outside_fields, batch_size=int(live.sum()), out_cache_loc=loc, req_all_ids_flat=flat
+    )
+    return outside, full
+
+
+def draft_extend_reports(engine: Engine, forward: Forward, rows: np.ndarray) -> np.ndarray:
+    """Which of ``rows`` are the divergence [20] of ``docs/UPSTREAM.md``: in the draft model's
+    ``DRAFT_EXTEND_V2`` (the EAGLE offset 1: the input at position ``p`` is the token of
+    ``p + 1``), SGLang's oracle manager expects the oracle's token of ``p`` itself, so its
+    input assert reports ``WRITE_TOKEN`` alone at each slot the forward writes, by its ``HEAD``
+    and ``TAIL`` writes."""
+    if forward.mode != DRAFT_EXTEND_V2 or engine.config.offset != 1 or not len(rows):
+        return np.zeros(len(rows), dtype=bool)
+    written = set()
+    for g in forward.groups:
+        written |= set(g.out_cache_loc.tolist())
+    return (rows[:, BITS] == int(reference.FailReason.WRITE_TOKEN_MISMATCH)) & np.isin(
+        rows[:, SLOT], list(written)
+    )
+
+
+class ManagerRun(ImplRun):
+    """SGLang's runtime over an engine's history: its buffer groups, endpoints, device state,
+    a ``SingleForwardManager`` per forward and its ``SweepOrchestrator``, over the suite's
+    worlds of the engine (materialized as :class:`ImplRun` makes them, whose moves and KV
+    flips it keeps)."""
+
+    def __init__(self, engine: Engine, reference_run: OracleRun, *, capture: bool = True):
+        mods = loading.manager_modules()
+        super().__init__(mods.adapter, torch.device("cpu"), engine, reference_run.states)
+        self.mods = mods
+        self.config = self._canary_config()
+        self.device_state = self._device_state()
+        self.groups = self._buffer_groups()
+        self.endpoints = tuple(
+            e
+            for group in self.groups
+            for e in mods.endpoint.build_endpoints_from_group(
+                group=group, device_state=self.device_state
+            )
+        )
+        self.steps = 0
+        self.sweeper = mods.sweep.SweepOrchestrator(
+            config=self.config, device_state=self.device_state, buffer_groups=self.groups,
+            endpoints=self.endpoints, swa_window_size=engine.config.swa_window,
+            outer_step_counter_getter=lambda: self.steps,
+        )  # fmt: skip
+        self.fired: Counter = Counter()
+        self.step_counts: Counter = Counter()  # the steps run, by step label (run_history)
+        self.pending: list[str] = []  # what differed in the step's plans, for compare
+        self.plans_compared = 0
+        self.divergent = 0  # SGLang's reports of the divergence [20]
+        self.not_managed: Counter = Counter()  # forwards SGLang never makes, by mode
+        self.d2h_stream = torch.cpu.Stream()  # SGLang's stream for host copies, on the CPU
+        self.managers: dict = {}
+        # the host side: SGLang's ViolationManager drains the ring one step late and its
+        # ViolationReporter logs each new row (mode LOG), caught here
+        self.violations = mods.violations.ViolationManager(
+            config=self.config, device_state=self.device_state, d2h_stream=self.d2h_stream,
+            outer_step_counter_getter=lambda: self.steps,
+        )  # fmt: skip
+        self.logged: list[str] = []
+        if capture:  # a PD transfer's prefill engine logs into its decode engine's list
+            handler = logging.Handler()
+            handler.emit = lambda record: self.logged.append(record.getMessage())  # type: ignore[method-assign]
+            reporter_log = logging.getLogger(mods.reporter.__name__)
+            reporter_log.handlers = [handler]
+            reporter_log.propagate = False
+
+    def _canary_config(self):
+        """SGLang's ``CanaryConfig`` of the engine (mode ``LOG``, a sweep every step)."""
+        cfg_mod, c = self.mods.config, self.engine.config
+        return cfg_mod.CanaryConfig(
+            mode=cfg_mod.CanaryMode.LOG, ring_capacity=self.made.violation_ring.shape[0],
+            sweep_interval=1, real_kv_hash_mode=self.mods.adapter.RealKvHashMode(c.mode),
+            enable_write_input_assert=True,
+            enable_verify_token_assert=self.engine.pool is not None, stats_print_every_n_steps=0,
+        )  # fmt: skip
+
+    def _device_state(self):
+        """SGLang's ``CanaryDeviceState`` over the suite's ring, write index and pool."""
+        state_mod = self.mods.state
+        tags = len(self.mods.adapter.CanaryLaunchTag)
+        return state_mod.CanaryDeviceState(
+            violation_log=state_mod.ViolationLog(
+                violation_ring=self.made.violation_ring,
+                violation_write_index=self.made.violation_write_index,
+            ),
+            kernel_run_counters=torch.zeros(tags, dtype=torch.int64),
+            slot_run_counters=torch.zeros(tags, dtype=torch.int64),
+            enable_chain_position_assert=torch.ones(1, dtype=torch.int32),
+            req_to_verify_expected_tokens=self.pool,
+        )
+
+    def _buffer_groups(self) -> tuple:
+        """SGLang's ``CanaryBufferGroup`` of each group: the K half's head and tail buffers and
+        one KV source of the group's pool."""
+        bg, adapter, c = self.mods.buffer_group, self.mods.adapter, self.engine.config
+        return tuple(
+            bg.CanaryBufferGroup(
+                kind=bg.PoolKind[g],
+                k_head=self.canary_buf((g, HEAD)), k_tail=self.canary_buf((g, TAIL)),
+                v_head=None, v_tail=None,
+                real_kv_sources_k=(adapter.RealKvSource(
+                    tensor=self.kv(g), page_size=1, num_bytes_per_token=self.kv(g).shape[1],
+                    read_bytes=self.kv(g).shape[1],
+                ),),
+                real_kv_sources_v=(),
+                swa_index_lut=None if g == FULL else self.lut,
+                kv_token_id_vs_position_offset=c.offset,
+            )
+            for g in c.groups
+        )  # fmt: skip
+
+    def manager(self, forward: Forward):
+        """The ``SingleForwardManager`` of ``forward``'s capacities (one per size, as SGLang
+        keeps one per captured batch size), made on first use."""
+        key = (
+            max(g.verify_capacity for g in forward.groups), forward.write_req_capacity,
+            max(1, len(forward.write["positions"])), self.engine.config.offset == 1,
+        )  # fmt: skip
+        if key not in self.managers:
+            self.managers[key] = self._new_manager(*key)
+            self.managers[key].phase_checker.enable_assert()
+        return self.managers[key]
+
+    def _new_manager(self, verify: int, reqs: int, entries: int, draft: bool):
+        mods = self.mods
+        c = self.engine.config
+        token_oracle = mods.token_oracle.oracle_manager.TokenOracleManager(
+            oracle=EngineTokenOracle(self.engine)
+        )
+        return mods.manager.SingleForwardManager(
+            config=self.config, device=self.device, device_state=self.device_state,
+            buffer_groups=self.groups, endpoints=self.endpoints,
+            req_to_token_pool=types.SimpleNamespace(req_to_token=self.table),
+            swa_window_size=c.swa_window,
+            per_forward_verify_capacity=verify, per_forward_write_req_capacity=reqs,
+            per_forward_write_entry_capacity=entries,
+            d2h_stream=self.d2h_stream, token_oracle_manager=token_oracle,
+            swa_divergence_report=None, is_eagle_draft_decode=draft,
+        )  # fmt: skip
+
+    def forward(self, forward: Forward) -> bool:
+        """``forward`` through SGLang's runtime (False: a forward SGLang never makes, not run)."""
+        batches = manager_batches(forward, self.mods)
+        if batches is None:
+            return False
+        outside, inside = batches
+        self.table.copy_(torch.from_numpy(forward.plan["req_to_token"]))
+        lut = forward.groups[-1].full_to_swa_index_mapping
+        if lut is not None:
+            self.lut.copy_(torch.from_numpy(lut))
+        manager = self.manager(forward)
+        with loading.cpu_only():
+            manager.pre_ops_outside_graph(maybe_inaccurate_forward_batch=outside)
+            made = manager.pre_ops_maybe_inside_graph(inside)
+            self.pending += self.plan_problems(forward, manager, made)
+            for group in forward.groups:  # the forward stores its KV
+                self.store_kv(group)
+            if forward.tail_write:  # the model moved the positions it reads, in place
+                inside.positions.copy_(int64_tensor(forward.tail_write["positions"]))
+            manager.post_ops_maybe_inside_graph(inside, made)
+            manager.post_ops_outside_graph()
+        return True
+
+    def run(self, reference_run: OracleRun, step) -> None:
+        """One step on SGLang's runtime and on the reference, then their states compared; a
+        step of a PD transfer's prefill engine on that engine's sides."""
+        if getattr(step, "engine", "") == PREFILL_ENGINE:
+            peer = reference_run.peer_run()
+            if self.peer is None:
+                assert self.engine.peer is not None
+                self.peer = ManagerRun(self.engine.peer, peer, capture=False)
+                self.peer.host = self.host
+            self.peer.run_here(peer, step)
+        else:
+            self.run_here(reference_run, step)
+
+    def run_here(self, reference_run: OracleRun, step) -> None:
+        since, mine_since = reference_run.index, self.index()
+        if isinstance(step, Move):
+            driver.move(self, step)
+        elif isinstance(step, Sweep):
+            self.sweep_step(step)
+        elif not self.forward(step):
+            # a forward SGLang never makes (padding rows amid a batch outside a replayed
+            # graph): the suite's own launches of it on SGLang's kernels, on both sides
+            self.not_managed[step.mode] += 1
+            driver.run_step(self, reference_run, step, what=lambda launch: launch, config="")
+            return
+        ReferenceSide.forward_or_sweep(reference_run, step)
+        self.compare(reference_run, since, mine_since, step)
+        with loading.cpu_only():
+            self.violations.step()
+
+    def sweep_step(self, step: Sweep) -> None:
+        """SGLang's ``SweepOrchestrator`` at a sweep of the engine, over the stand-in prefix
+        cache whose walk is the engine model's (every slot its cached prefixes hold)."""
+        self.table.copy_(torch.from_numpy(self.engine.req_to_token))
+        if self.lut is not None:
+            self.lut.copy_(torch.from_numpy(self.engine.lut))
+        self.sweeper.attach_radix_cache(swept_cache(self.table, step))
+        self.steps += 1
+        self.sweeper.maybe_run_sweep()
+
+    def plan_problems(self, forward: Forward, manager, made) -> list[str]:
+        """SGLang's plans of each group and its expected inputs against the reference's for
+        ``forward``: the reference's plan at the same capacities over the same page table,
+        SWA table and expected-token pool (their valid entries compared); the expected inputs,
+        where the input assert is on, against the engine model's (but for [20])."""
+        lines = []
+        pool = None if self.pool is None else self.pool.numpy().copy()
+        for i, group in enumerate(forward.groups):
+            vp, wp = driver.reference_plans(manager._verify_capacity, forward.write_req_capacity)
+            reference.plan(
+                vp, wp, **forward.plan, **group.plan_arguments(),
+                verify_capacity=manager._verify_capacity, req_to_verify_expected_tokens=pool,
+            )  # fmt: skip
+            got = driver.plan_host(made.verify_plans[i], made.write_plans[i])
+            want = driver.plan_host(vp, wp)
+            n = int(want[("verify", "verify_num_valid")][0])
+            m = int(want[("write", "write_num_valid_reqs")][0])
+            cut = {"verify": n, "write": m + 1}
+            for key in driver.PLAN_FIELDS:
+                g, w = got[key], want[key]
+                if key[1] not in ("verify_num_valid", "enable", "write_num_valid_reqs"):
+                    g, w = g[: cut[key[0]]], w[: cut[key[0]]]
+                if g.shape != w.shape or not np.array_equal(g, w):
+                    lines.append(
+                        f"{group.group} {key[1]}: SGLang {g[:4].tolist()}, the reference {w[:4].tolist()}"
+                    )
+        lines += self.expected_input_problems(forward, manager, made)
+        self.plans_compared += len(forward.groups)
+        return lines
+
+    def expected_input_problems(self, forward: Forward, manager, made) -> list[str]:
+        """SGLang's expected inputs against the engine model's, where its input assert is on
+        (but for [20])."""
+        write = forward.write
+        on = manager._should_enable_write_input_assert_for_launch(forward_batch(forward))
+        n = len(write["positions"])
+        if (
+            not on
+            or write["expected_input_tokens"] is None
+            or (forward.mode == DRAFT_EXTEND_V2 and self.engine.config.offset == 1)
+        ):
+            return []
+        lines = []
+        live = np.asarray(forward.plan["req_pool_indices"])[forward.token_rows] != 0
+        tokens = made.expected_inputs.tokens[:n].numpy()[live]  # padding rows write nothing
+        if not np.array_equal(tokens, np.asarray(write["expected_input_tokens"])[live]):
+            lines.append("expected input tokens differ from the engine model's")
+        if not np.array_equal(made.expected_inputs.positions[:n].numpy(), write["positions"]):
+            lines.append("expected input positions differ from the forward's")
+        return lines
+
+    def index(self) -> int:
+        return int(self.made.violation_write_index[0])
+
+    def compare(self, reference_run: OracleRun, since: int, mine_since: int, step) -> None:
+        """SGLang's state against the reference's after ``step``: every endpoint's canary
+        buffer, the reports each made during the step (as sets of rows: the order of a launch's
+        rows is not the contract's), the expected-token pool and each tag's run counters.
+        SGLang's reports of the divergence [20] (:func:`draft_extend_reports`) are counted in
+        ``divergent`` and left out."""
+        what = f"step {self.engine.steps} ({self.engine.log[-1]})"
+        lines = []
+        for key, state in reference_run.states.items():
+            if key[1] == SWEEP:
+                continue
+            diff = np.argwhere(self.canary_buf(key).numpy() != state.canary_buf)
+            if len(diff):
+                slots = sorted(set(diff[:, 0].tolist()))[:6]
+                lines.append(f"{TAGS[key].name}'s canary buffer differs at slots {slots}")
+        lines += self.report_problems(reference_run, since, mine_since, step)
+        if self.pool is not None and not np.array_equal(self.pool.numpy(), reference_run.pool):
+            lines.append("the expected-token pool differs")
+        for key, state in reference_run.states.items():
+            tag = int(TAGS[key])
+            for name in ("slot_run_counter", "kernel_run_counter"):
+                got = int(getattr(self.device_state, name + "s")[tag])
+                want_n = int(getattr(state, name)[0])
+                if got != want_n:
+                    lines.append(f"{TAGS[key].name} {name}: SGLang {got}, the reference {want_n}")
+        lines += self.pending
+        self.pending = []
+        assert not lines, f"{what}: " + "; ".join(lines)
+
+    def report_problems(self, reference_run: OracleRun, since: int, mine_since: int, step):
+        """SGLang's reports of ``step`` against the reference's, as sets of rows (but for
+        [20]); each of SGLang's counted in ``fired`` by the step's label, tag and reasons."""
+        ring = self.made.violation_ring.numpy()
+        mine = ring[mine_since : min(self.index(), len(ring))]
+        want = reference_run.rows(since)
+        if isinstance(step, Forward):
+            # where SGLang's input assert fires on every token, the reports of that check
+            # are compared on neither side
+            known = draft_extend_reports(self.engine, step, mine)
+            self.divergent += int(known.sum())
+            mine = mine[~known]
+            want = want[~draft_extend_reports(self.engine, step, want)]
+        for row in mine:
+            self.fired[(str(histories.step_label(step)), int(row[KIND]), int(row[BITS]))] += 1
+        if len(mine) != len(want) or not np.array_equal(
+            np.unique(mine, axis=0), np.unique(want, axis=0)
+        ):
+            return [
+                f"reports: SGLang {len(mine)} {mine[:2].tolist()}, "
+                f"the reference {len(want)} {want[:2].tolist()}"
+            ]
+        return []
+
+
+def logged_problems(side: ManagerRun) -> list[str]:
+    """After the last step: SGLang's host side drained (two more pumps: its copy of the write
+    index runs one step late), every row of its ring must have been logged once by its
+    ``ViolationReporter``, with its launch tag, reasons, slot and position, and nothing else."""
+    with loading.cpu_only():
+        side.violations.step()
+        side.violations.step()
+    ring = side.made.violation_ring.numpy()[: min(side.index(), len(side.made.violation_ring))]
+    want = Counter(
+        (
+            reference.CanaryLaunchTag(int(r[KIND])).name,
+            "+".join(
+                f.name.lower().removesuffix("_mismatch")
+                for f in reference.FailReason
+                if int(r[BITS]) & int(f)
+            ),
+            int(r[SLOT]),
+            int(r[reference.ViolationField.POSITION]),
+        )
+        for r in ring
+    )
+    got: Counter = Counter()
+    for message in side.logged:
+        first = message.splitlines()[0]
+        if not first.startswith("kv_canary violation: "):
+            continue
+        fields = dict(kv.split("=", 1) for kv in first.split(": ", 1)[1].split())
+        got[(fields["launch_tag"], fields["fail_reason"], int(fields["slot_idx"]),
+             int(fields["position"]))] += 1  # fmt: skip
+    if got == want:
+        return []
+    return [
+        f"SGLang's violation reporter logged {sum(got.values())} rows, its ring holds "
+        f"{sum(want.values())}: missing {list((want - got).items())[:2]}, extra "
+        f"{list((got - want).items())[:2]}"
+    ]
+
+
+def run_history(index: int, steps: int = histories.STEPS) -> ManagerRun:
+    """History ``index`` of :func:`conformance.sglang.histories.history` on SGLang's runtime
+    and the reference, compared after every step (an ``AssertionError`` names the first step
+    where they differ); the runtime side, with its counts."""
+    engine = Engine(histories.engine_config(index))
+    reference_run = OracleRun(engine)
+    side = ManagerRun(engine, reference_run)
+    run = functools.partial(side.run, reference_run)
+
+    def counted(step) -> None:
+        run(step)
+        side.step_counts[str(histories.step_label(step))] += 1
+
+    histories.history(index, steps, run=counted, engine=engine)
+    if reference_run.index or side.index() != side.divergent:
+        raise AssertionError(f"history {index}: a correct history reported")
+    logged = logged_problems(side)
+    assert not logged, f"history {index}: {logged}"
+    return side
