@@ -25,6 +25,7 @@ import numpy as np
 import reference
 from conformance.assertions import FAIL_BIT_NAMES
 from conformance.engine_support import OracleRun, inject_and_settle, warm_up
+from conformance.sglang.histories import SEEDS
 from engine_model import KV_BYTES, Engine, EngineConfig, faults
 from engine_model.faults import FAULT_KINDS, FAULTS
 from engine_model.vocabulary import LAUNCH_STAGES, SETTLE_MODES, TARGET_VERIFY, settle_step
@@ -48,7 +49,7 @@ def trial_config(kind: str, mode: int, trial: int) -> EngineConfig:
         swa_window=window,
         offset=(0, 1)[trial // 6 % 2],
         mode=int(mode),
-        seed=1000 * FAULT_KINDS.index(kind) + trial,
+        seed=SEEDS.detection_engine(FAULT_KINDS.index(kind), trial),
         swa_slots=40 if window else 0,
     )
 
@@ -81,7 +82,7 @@ def _trial(
     warm_up(engine, oracle.forward_or_sweep)
     if oracle.index:
         return None, 0, [f"{oracle.index} reports before the fault"], ""
-    rng = np.random.default_rng(index)
+    rng = np.random.default_rng(SEEDS.detection_trial(index))
     since = oracle.index
     pick, drawn = int(rng.integers(0, 2**10)), int(rng.integers(0, KV_BYTES))
     made = inject_and_settle(
@@ -115,7 +116,7 @@ def serving(kind: str, mode: int, index: int) -> int | None | bool:
     engine = Engine(trial_config(kind, mode, index))
     oracle = OracleRun(engine)
     warm_up(engine, oracle.forward_or_sweep)
-    rng = np.random.default_rng(10_000 + index)
+    rng = np.random.default_rng(SEEDS.detection_serving(index))
     fault = faults.make(engine, kind, int(rng.integers(0, 2**10)), int(rng.integers(0, KV_BYTES)))
     if fault is None:
         return False
