@@ -19,7 +19,7 @@ from conformance import upstream
 from conformance.engine_support import BITS, SLOT
 from conformance.sglang import fired, histories, loading, manager_run, standins, trials
 from engine_model import Engine
-from tests.suite.test_sglang_runtime import _read_attributes
+from tests.suite.test_sglang_runtime import read_attributes
 
 
 @pytest.mark.parametrize("index", [3, 9])  # no window and no offset; a window and the offset
@@ -58,8 +58,8 @@ def test_the_batch_stand_in_provides_every_field_the_runtime_reads():
         "runner/kernel_launcher.py",
         "req_to_expected_token_ids_manager.py",
     ):
-        read |= _read_attributes("forward_batch", module)
-        read |= _read_attributes("maybe_inaccurate_forward_batch", module)
+        read |= read_attributes("forward_batch", module)
+        read |= read_attributes("maybe_inaccurate_forward_batch", module)
     fields = {f.name for f in dataclasses.fields(standins.ManagerBatchStandIn)}
     assert read <= fields, read - fields
 

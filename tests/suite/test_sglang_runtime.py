@@ -33,7 +33,7 @@ def test_sglang_plan_input_equals_the_engine_models_in_every_mode(capsys):
         assert re.search(rf"{mode} [1-9]", line), (mode, line)
 
 
-def _read_attributes(name: str, module: str = "plan_input.py") -> set[str]:
+def read_attributes(name: str, module: str = "plan_input.py") -> set[str]:
     """The attributes a module of SGLang's kv_canary reads of a variable called ``name`` (or of
     ``forward_batch.<name>``)."""
     source = (loading.sglang_root() / "srt" / "kv_canary" / module).read_text()
@@ -53,15 +53,15 @@ ORACLE_MANAGER = "token_oracle/oracle_manager.py"
 
 
 def test_the_stand_ins_provide_every_field_sglang_reads():
-    plan = _read_attributes("forward_batch")
+    plan = read_attributes("forward_batch")
     fields = set(standins.FORWARD_BATCH_FIELDS)
     assert plan == fields, plan ^ fields
-    oracle = _read_attributes("forward_batch", ORACLE_MANAGER) - plan
+    oracle = read_attributes("forward_batch", ORACLE_MANAGER) - plan
     assert oracle == set(standins.TOKEN_ORACLE_FIELDS), oracle ^ set(standins.TOKEN_ORACLE_FIELDS)
     assert set(standins.FORWARD_BATCH_FIELDS + standins.TOKEN_ORACLE_FIELDS) == {
         f.name for f in dataclasses.fields(standins.ForwardBatchStandIn)
     }
-    spec = _read_attributes("spec_info") | _read_attributes("spec_info", ORACLE_MANAGER)
+    spec = read_attributes("spec_info") | read_attributes("spec_info", ORACLE_MANAGER)
     assert spec == {f.name for f in dataclasses.fields(standins.SpecInfoStandIn)}, spec
 
 
@@ -101,8 +101,8 @@ def test_expected_inputs_from_the_wrong_source_are_caught(monkeypatch, mode):
 
 def test_the_tree_stand_in_provides_what_sglangs_sweep_reads():
     module = "sweep_plan_builder.py"
-    assert _read_attributes("radix_cache", module) == {"req_to_token_pool"}
-    assert _read_attributes("walk_result", module) == {
+    assert read_attributes("radix_cache", module) == {"req_to_token_pool"}
+    assert read_attributes("walk_result", module) == {
         "slot_indices", "positions", "prev_slot_indices"
     }  # fmt: skip
     # req_to_token_pool is what SGLang reads; walk, unlocked and lut are the stand-in walker's
@@ -110,7 +110,7 @@ def test_the_tree_stand_in_provides_what_sglangs_sweep_reads():
         "req_to_token_pool", "walk", "unlocked", "lut"
     }  # fmt: skip
     # the unused-cache perturbation reads the tree only through the walker
-    assert _read_attributes("radix_cache", "perturb/real_kv_unused_cache.py") == set()
+    assert read_attributes("radix_cache", "perturb/real_kv_unused_cache.py") == set()
 
 
 def _a_sweep(window: bool):
@@ -144,7 +144,7 @@ def test_an_swa_sweep_entry_off_by_one_is_caught(field):
 def test_the_perturbation_stand_in_provides_what_sglangs_perturbation_reads():
     read = set()
     for module in ("slot_picker.py", "req_to_token.py", "utils.py"):
-        read |= _read_attributes("maybe_inaccurate_forward_batch", f"perturb/{module}")
+        read |= read_attributes("maybe_inaccurate_forward_batch", f"perturb/{module}")
     fields = {f.name for f in dataclasses.fields(standins.PerturbBatchStandIn)}
     assert read and read <= fields, read - fields
 
