@@ -1,10 +1,10 @@
 """One driver for the launches an engine makes, on an implementation and on the reference
 (CONTRACT §6, §7, §12, §13, §15).
 
-A step is a :class:`engine_model.engine.Forward` (the scatter of the batch's token snapshots,
+A step is a :class:`engine_model.steps.Forward` (the scatter of the batch's token snapshots,
 then per buffer group the plan and the ``HEAD`` verify and write, the forward's KV stores, then
 per group the ``TAIL`` verify and write: SGLang's bracket of a forward) or a
-:class:`engine_model.engine.Sweep` (per group, a verify of every slot the prefix cache holds,
+:class:`engine_model.steps.Sweep` (per group, a verify of every slot the prefix cache holds,
 under the group's ``SWEEP`` tag). :class:`ReferenceSide` runs a step on the numpy reference,
 :class:`ImplementationSide` on an implementation's tensors, and :func:`run_step` runs it on both
 and compares them after every launch: the expected-token pool after the scatter, a group's

@@ -34,8 +34,8 @@ class EngineConfig:
     ``num_pages`` pages of ``page_size`` slots (page 0 is padding), ``pool_rows`` rows of
     ``req_to_token`` (row 0 is padding) of ``context_len`` positions each, a sliding window of
     ``swa_window`` positions (0: full attention), the EAGLE ``offset`` (0 or 1), the hash
-    ``mode`` (the canary's real_kv_hash_mode: 0 NONE, 1 PARTIAL, 2 ALL), the ``seed`` of every token, KV
-    byte and stale value, and under a window the ``swa_slots`` of the SWA pool (slot 0 the
+    ``mode`` (the canary's real_kv_hash_mode: 0 NONE, 1 PARTIAL, 2 ALL), the ``seed`` of every
+    token, KV byte and stale value, and under a window the ``swa_slots`` of the SWA pool (slot 0 the
     padding slot; 0: as many as the full pool)::
 
         EngineConfig(page_size=2, num_pages=16, pool_rows=5, context_len=16, swa_window=6,

@@ -77,22 +77,18 @@ from engine_model.forwards import Forwards
 from engine_model.moves import Moves
 from engine_model.prefix_cache import PrefixCache
 from engine_model.state import CacheEntry, EngineState, Request
-from engine_model.steps import Forward, Move, Sweep
+from engine_model.steps import Forward, Move
 from engine_model.vocabulary import (
     DECODE,
     DRAFT_EXTEND_V2,
     EXTEND,
     IDLE,
     MIXED,
-    ORACLE_MODES,
     PREFILL_ENGINE,
     TARGET_VERIFY,
 )
 
-#: :class:`Engine`, and the names ``conformance/sglang_runtime.py`` and
-#: ``conformance/sglang_manager.py`` still import from here, which :mod:`engine_model` exports:
-#: drop them here once those import them from :mod:`engine_model`.
-__all__ = ["ORACLE_MODES", "PREFILL_ENGINE", "Engine", "EngineConfig", "Forward", "Move", "Sweep"]
+__all__ = ["Engine"]
 
 
 class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
@@ -147,7 +143,7 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
     def prefill(self, chunk: int) -> Forward | None:
         """An extend batch (``EXTEND``): each request with unwritten prompt tokens writes up to
         ``chunk``."""
-        return self._forward("prefill", self.prompt_rows(chunk), pad=0, mode=EXTEND)
+        return self._forward("prefill", self.prompt_rows(chunk), pad=0, forward_mode=EXTEND)
 
     def prompt_rows(self, chunk: int) -> list:
         """``(request, tokens)`` of each running request with unwritten prompt tokens, up to
@@ -167,10 +163,6 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
             if r.decoding and self.pending(r) == 1 and r.written < self.config.context_len
         ]
 
-    #: the old private name of :meth:`decode_rows`, which ``conformance/sglang_runtime.py``
-    #: still calls: remove once it calls :meth:`decode_rows`
-    _decode_rows = decode_rows
-
     def decode(self, pad: int = 0, graph: bool = False, overflow: bool = False) -> Forward | None:
         """A decode batch (``DECODE``) of every request that has sampled its next token, and
         ``pad`` padding rows: anywhere in the batch with stale lengths and the extend length 1
@@ -180,7 +172,9 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
         per-forward capacity too small for a batch leaves them: disabled, nothing checked."""
         self._overflow = overflow
         try:
-            return self._forward("decode", self.decode_rows(), pad=pad, mode=DECODE, graph=graph)
+            return self._forward(
+                "decode", self.decode_rows(), pad=pad, forward_mode=DECODE, graph=graph
+            )
         finally:
             self._overflow = False
 
@@ -206,7 +200,7 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
                     r.rid: r.tokens[r.written + c.offset] if k == 0 else self._fresh(1)[0]
                     for r, _ in live
                 }
-                forward = self._forward("draft_decode", live, pad=0, mode=DECODE)
+                forward = self._forward("draft_decode", live, pad=0, forward_mode=DECODE)
                 if forward is None:
                     break
                 self.events["a draft decode step"] += 1
@@ -245,7 +239,7 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
             more = self._fresh(tokens - 1)
             req.tokens += more
             req.truth += more
-        forward = self._forward("draft_extend", rows, pad=0, mode=DRAFT_EXTEND_V2)
+        forward = self._forward("draft_extend", rows, pad=0, forward_mode=DRAFT_EXTEND_V2)
         for req, _ in rows:  # a row that waited (no pages): its tokens are a prompt's now
             if self.pending(req) > 1:
                 req.decoding = False
@@ -257,14 +251,14 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
         rows = self.prompt_rows(chunk) + self.decode_rows()
         if not any(r.decoding for r, _ in rows):
             return None
-        return self._forward("mixed", rows, pad=0, mode=MIXED)
+        return self._forward("mixed", rows, pad=0, forward_mode=MIXED)
 
     def idle(self, pad: int) -> Forward | None:
         """An idle step (``IDLE``, as DP attention runs one on a rank with no request): a
         replayed graph whose ``pad`` rows are all padding."""
         if pad < 1:
             return None
-        return self._forward("idle", [], pad=pad, mode=IDLE, graph=True)
+        return self._forward("idle", [], pad=pad, forward_mode=IDLE, graph=True)
 
     def target_verify(self, drafts: int, accept: int) -> Forward | None:
         """EAGLE's target verify (``TARGET_VERIFY``), made only when every decoding request has
@@ -289,7 +283,7 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
             wrong = self._fresh(e)
             draft = truth[:kept] + wrong[kept : e - 1]
             self._drafting[req.rid] = (req.tokens[-1:] + draft, truth, kept)
-        forward = self._forward("target_verify", rows, pad=0, mode=TARGET_VERIFY)
+        forward = self._forward("target_verify", rows, pad=0, forward_mode=TARGET_VERIFY)
         self._drafting = {}
         return forward
 

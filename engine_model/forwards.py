@@ -33,22 +33,22 @@ class Forwards(Allocators):
     :class:`engine_model.engine.Engine`)."""
 
     def _forward(
-        self, forward_kind: str, rows, pad: int, *, mode: str, graph: bool = False
+        self, forward_kind: str, rows, pad: int, *, forward_mode: str, graph: bool = False
     ) -> Forward | None:
-        """One forward step of ``forward_kind`` (in forward mode ``mode``) over ``rows``,
+        """One forward step of ``forward_kind`` in ``forward_mode`` over ``rows``,
         ``(request, tokens to write)``, and ``pad`` padding rows: the pages allocated, the batch
         laid out (padding rows anywhere, or at the tail of a replayed graph), the launches'
         arrays made per buffer group, then the engine moved past the forward."""
         batch = self._allocate(rows)
-        if not batch and mode != IDLE:
+        if not batch and forward_mode != IDLE:
             return None
         self.steps += 1
-        self.events[f"forward {StepLabel(mode, graph=graph)}"] += 1
+        self.events[f"forward {StepLabel(forward_mode, graph=graph)}"] += 1
         lens = self._batch_rows(forward_kind, batch, pad, graph)
-        written = self._written_tokens(batch, mode)
+        written = self._written_tokens(batch, forward_mode)
         # the write's input assert is off in every decode of the draft model (the EAGLE
         # offset), as SGLang's SingleForwardManager turns it off (is_eagle_draft_decode)
-        assert_off = bool(self._draft) or self._draft_model_decode(mode)
+        assert_off = bool(self._draft) or self._draft_model_decode(forward_mode)
         bs = len(batch) + pad
         # padding rows stand anywhere in the batch; a graph's at the tail
         order = np.arange(bs) if graph else self.rng.permutation(bs)
@@ -74,7 +74,7 @@ class Forwards(Allocators):
                 enable_write_input_assert=not assert_off,
             ),
             groups=groups,
-            mode=mode,
+            mode=forward_mode,
             graph=graph,
             tail_write=self._tail_write(positions),
             token_rows=token_rows.astype(np.int64),
@@ -223,7 +223,7 @@ class Forwards(Allocators):
             prefix[i], extend[i], valid[i] = req.written, e, len(req.tokens)
         return {"rows": rows, "prefix": prefix, "extend": extend, "valid": valid}
 
-    def _written_tokens(self, batch, mode: str) -> list[np.ndarray]:
+    def _written_tokens(self, batch, forward_mode: str) -> list[np.ndarray]:
         """The token, the expected input token, the position and the full-pool slot of every
         position the batch writes, request by request; the page table names each slot now.
         The expected input is the token oracle's in ``DECODE`` and ``IDLE``, and the input
@@ -243,23 +243,23 @@ class Forwards(Allocators):
                     token = drafted[0][i] if drafted else req.tokens[pos + c.offset]
                 ids.append(token)
                 oracle = (
-                    mode in ORACLE_MODES
+                    forward_mode in ORACLE_MODES
                     and req.rid not in self._draft
-                    and not self._draft_model_decode(mode)
+                    and not self._draft_model_decode(forward_mode)
                 )
                 expected.append(req.truth[pos + c.offset] if oracle else token)
                 positions.append(pos)
                 slots.append(full)
                 self.written_by[(req.rid, pos)] = (
-                    mode if oracle or mode != DECODE else DRAFT_DECODE.name
+                    forward_mode if oracle or forward_mode != DECODE else DRAFT_DECODE.name
                 )
                 self.written_at[(req.rid, pos)] = self.steps
         return [np.asarray(x, dtype=np.int64) for x in (ids, positions, slots, expected)]
 
-    def _draft_model_decode(self, mode: str) -> bool:
-        """Whether a forward in ``mode`` is a decode of the draft model's canary (the EAGLE
-        offset), whose input assert SGLang turns off."""
-        return bool(self.config.offset) and mode == DECODE
+    def _draft_model_decode(self, forward_mode: str) -> bool:
+        """Whether a forward in ``forward_mode`` is a decode of the draft model's canary (the
+        EAGLE offset), whose input assert SGLang turns off."""
+        return bool(self.config.offset) and forward_mode == DECODE
 
     @staticmethod
     def _in_plan_order(batch, order: np.ndarray, arrays: list[np.ndarray]) -> list[np.ndarray]:

@@ -135,6 +135,8 @@ class Move:
     the pool's transfer buffers); ``engine``: whose buffers (``""`` the engine's own,
     :data:`PREFILL_ENGINE` its prefill engine's)."""
 
+    #: the move kind: what moves the KV (``offload``, ``reload``, ``backup``, ``restore``,
+    #: ``send``, ``receive``)
     kind: str
     key: int
     save: bool

@@ -1,6 +1,7 @@
 """The registry of the fault classes (:data:`FAULTS`), in the order of the suite's parameters,
 its Hypothesis draws and the detection table (an order to keep: moving a class changes the
-examples drawn and the table's rows), the lists derived from it, and :func:`make`.
+examples drawn and the table's rows), the lists derived from it, and :func:`make`; the package
+:mod:`engine_model.faults` exports them.
 """
 
 from __future__ import annotations
@@ -33,17 +34,6 @@ from engine_model.faults.page_table import (
     RebindOffByOnePage,
     ReqToToken,
 )
-
-__all__ = [
-    "FAULTS",
-    "FAULT_KINDS",
-    "KV_BYTE_FAULTS",
-    "KV_FAULTS",
-    "MOVE_FAULTS",
-    "REQ_TO_TOKEN",
-    "UNSEEABLE",
-    "make",
-]
 
 #: The ``req_to_token`` class, which the pipeline property's page-table change uses too.
 REQ_TO_TOKEN = ReqToToken()
