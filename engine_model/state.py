@@ -149,13 +149,15 @@ class EngineState:
         return range(page * p, (page + 1) * p)
 
     def _kv(self, n: int) -> np.ndarray:
-        """The KV bytes of ``n`` slots a forward writes: distinct and non-zero."""
+        """The KV bytes of ``n`` slots a forward writes: random, and never zero."""
         return self.rng.integers(1, 256, (n, KV_BYTES)).astype(np.uint8)
 
     def cached_full_slots(self, entry: CacheEntry) -> list[int]:
         """The full-pool slot of each position a cached prefix holds."""
         holder = Request(0, 0, [], [], pages=list(entry.pages))
         return [self.full_slot(holder, p) for p in range(entry.length)]
+
+    # -- what the suite asks -----------------------------------------------------------------
 
     def slots_of(self, entries, group: str = FULL) -> frozenset:
         """The canary slots of ``group`` the given ``(request, position)`` pairs are written in
