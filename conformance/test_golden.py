@@ -12,6 +12,7 @@ import torch
 
 from conformance import golden
 from conformance.assertions import assert_int64_equal, fail, from_hexu
+from conformance.report import rerun_command
 from conformance.support import materialize_all, missing_dtypes, mode_name
 from conformance.write_verify_support import differences, implementation_write_verify
 
@@ -20,11 +21,13 @@ WRITE_VERIFY = golden.load(golden.WRITE_VERIFY_FILE)
 
 
 def _repro(test: str, vector: dict, rerun_options: str) -> str:
+    """The lines that rerun the vector's test, pasted as printed from the run's folder."""
+    command = rerun_command(f"conformance/test_golden.py::{test}[{vector['id']}]")
     return "\n".join(
         [
-            f"    pytest 'conformance/test_golden.py::{test}[{vector['id']}]' \\",
+            f"    {command} \\",
             f"        {rerun_options}",
-            f"    (vector {vector['id']!r} of conformance/golden/, made by `{golden.COMMAND}`)",
+            f"    # vector {vector['id']!r} of conformance/golden/, made by {golden.COMMAND}",
         ]
     )
 

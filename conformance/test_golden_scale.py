@@ -19,6 +19,7 @@ import torch
 from conformance import golden
 from conformance.assertions import fail, hexu, to_numpy
 from conformance.golden.scale_scenarios import expand, recipe_layouts
+from conformance.report import rerun_command
 from conformance.support import materialize_all, missing_dtypes, mode_name
 from conformance.write_verify_support import (
     differences,
@@ -38,12 +39,14 @@ def _param(vector: dict):
 
 
 def _repro(vector: dict, rerun_options: str) -> str:
+    """The lines that rerun the vector's test, pasted as printed from the run's folder."""
+    command = rerun_command(f"conformance/test_golden_scale.py::test_scale_vector[{vector['id']}]")
     return "\n".join(
         [
-            f"    pytest 'conformance/test_golden_scale.py::test_scale_vector[{vector['id']}]' \\",
+            f"    {command} \\",
             f"        {rerun_options}",
-            f"    (vector {vector['id']!r} of conformance/golden/{golden.SCALE_FILE}, made by "
-            f"`{golden.COMMAND}`)",
+            f"    # vector {vector['id']!r} of conformance/golden/{golden.SCALE_FILE}, made by "
+            f"{golden.COMMAND}",
         ]
     )
 

@@ -31,6 +31,7 @@ import strategies as st_kv
 from conformance import profiles
 from conformance.assertions import assert_int64_equal
 from conformance.profiles import scale_examples
+from conformance.report import rerun_command
 from conformance.support import (
     describe_layouts,
     describe_world,
@@ -292,10 +293,11 @@ def pool_cases(draw) -> PoolCase:
 
 
 def _rerun(test: str, rerun_options: str) -> str:
+    """The lines that rerun the property, pasted as printed from the run's folder."""
     return (
-        f"    pytest 'conformance/test_scale.py::{test}' {rerun_options}\n"
-        "    (the example is too large to print as code: with --hypothesis-profile ci, "
-        "Hypothesis prints the @reproduce_failure blob of this example above)"
+        f"    {rerun_command(f'conformance/test_scale.py::{test}', rerun_options)}\n"
+        "    # the example is too large to print as code: with --hypothesis-profile ci, "
+        "Hypothesis prints the @reproduce_failure blob of this example above"
     )
 
 
