@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from . import levels, profiles
+from . import levels, prerequisites, profiles
 from .report import Recorder, SkipGroup, check_writable, cut, in_suite
 
 if TYPE_CHECKING:
@@ -368,7 +368,9 @@ def profile_given(config: pytest.Config) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
-    """The profile is checked before Hypothesis' own plugin loads it (a traceback otherwise)."""
+    """What the suite needs of this Python, then the profile, are checked before anything
+    imports them (Hypothesis' own plugin loads the profile: a traceback otherwise)."""
+    prerequisites.check()
     profile_given(config)
     config._canary_benchmarks_was_there = BENCHMARK_STORAGE.exists()  # before it is made
 

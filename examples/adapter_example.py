@@ -9,13 +9,17 @@ group is all or none. Without one, its tests are skipped, the summary names them
 exits 7 (incomplete) unless ``--canary-allow-missing GROUP`` says the engine lacks it on
 purpose. An engine whose canary already uses these names passes its own module:
 
-    pytest conformance --canary-impl sglang.kernels.ops.kv_canary
+    bash scripts/conformance.sh --canary-impl sglang.kernels.ops.kv_canary
 
 Otherwise, write a module like this one that translates. Here the "engine" is
 ``canary_torch``, reached through an engine-style facade with other spellings
 (``hash_slots`` returning unsigned hashes, plans built by functions), so this file runs:
 
-    pytest conformance --canary-impl examples.adapter_example
+    bash scripts/conformance.sh --canary-impl examples.adapter_example
+
+``scripts/conformance.sh`` makes the project's environment (``.venv/``, with torch) on its
+first run and runs the suite's command in it; installed, the command is
+``kv-canary-conformance``, with the same arguments.
 """
 
 from __future__ import annotations
