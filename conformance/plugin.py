@@ -739,6 +739,15 @@ def _select_level(config: pytest.Config, selection: Selection, items: list[pytes
     config._canary_level_left_out = [item.nodeid for item in left_out]
 
 
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter, config: pytest.Config):
+    """The causes of the failures, each once, before pytest's paragraph of every failure."""
+    recorder = config.pluginmanager.get_plugin("canary-report")
+    if recorder is not None:
+        recorder.write_causes(terminalreporter)
+    yield
+
+
 @pytest.fixture(scope="session")
 def impl(pytestconfig: pytest.Config) -> types.ModuleType:
     """The implementation under test; on the CPU its launchers are watched for accesses

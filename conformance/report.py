@@ -13,9 +13,16 @@ also appended to it as Markdown, under a heading that names the implementation a
 
 Above the verdict the summary names what the run did not check: every group of skipped tests,
 with its contract group and sections, its count and its reason. A run that checked nothing
-(every selected test skipped), or that skipped a contract group the implementation lacks
-without ``--canary-allow-missing GROUP``, is no pass: it ends with an exit status of its own
-(:data:`EXIT_STATUSES`).
+(every selected test skipped, or no test body run: ``--setup-only``, ``--setup-plan``), or
+that skipped a contract group the implementation lacks without ``--canary-allow-missing
+GROUP``, is no pass: it ends with an exit status of its own (:data:`EXIT_STATUSES`); a test
+that ran no body is ``not run`` in the table, never ``passed``. ``--collect-only`` exits 0,
+with a verdict that says it only collected.
+
+Before pytest's paragraph of every failure, a failing run names each distinct cause of its
+failures once (``conformance.causes``), with the number of tests it explains and one line that
+reruns one of them; every rerun line the run prints runs as printed, in the same shell, from
+the folder the run started in (:func:`rerun_command`).
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from . import causes
 
 #: The outcomes pytest counts on its last line ("455 passed, 2 xfailed in 12.3s"), in its order.
 TEST_OUTCOMES = ("failed", "passed", "skipped", "deselected", "xfailed", "xpassed", "error")
@@ -203,7 +212,7 @@ def rerun_command(test_id: str, options: str = "") -> str:
 
 
 #: A property's outcome is that of its worst case, in this order.
-OUTCOME_ORDER = ("failed", "error", "xpassed", "xfailed", "passed", "skipped")
+OUTCOME_ORDER = ("failed", "error", "xpassed", "xfailed", "passed", "skipped", "not run")
 
 
 class Recorder:
@@ -228,12 +237,15 @@ class Recorder:
         self.items: dict[str, dict] = {}
         self.started = datetime.datetime.now(datetime.timezone.utc)
         self.clock = time.monotonic()
+        self.collected = 0  # the tests this run selected (after -k, -m and the level)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
         outcome = yield
         report = outcome.get_result()
         report.canary_id = suite_id(item)  # kept in this process only (not sent by xdist)
+        if report.failed and call.excinfo is not None:  # the exception lives here only
+            report.user_properties.append(("canary_cause", causes.cause_of(call.excinfo.value)))
         if report.when == "teardown":
             report.user_properties.append(
                 ("canary_doc", first_line(getattr(item.function, "__doc__", "")))
@@ -245,7 +257,7 @@ class Recorder:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         name = getattr(report, "canary_id", report.nodeid)
         record = self.items.setdefault(
-            name, {"id": name, "outcome": "passed", "duration_s": 0.0, "examples": None}
+            name, {"id": name, "outcome": "not run", "duration_s": 0.0, "examples": None}
         )
         record["duration_s"] += report.duration
         for key, value in report.user_properties:
@@ -253,6 +265,8 @@ class Recorder:
                 record["property"] = value
             elif key == "canary_examples":
                 record["examples"] = value
+            elif key == "canary_cause" and report.failed:
+                record["cause"] = value
         expected = getattr(report, "wasxfail", None)
         if expected is not None and report.skipped:  # a listed failure
             record["outcome"] = "xfailed"
@@ -268,7 +282,13 @@ class Recorder:
         elif report.failed:
             record["outcome"] = "failed" if report.when == "call" else "error"
             record["failing_example"] = failing_example(report.longreprtext)
+            if "cause" not in record:  # no exception: an expected failure that passed
+                record["cause"] = causes.cause_of(None, report.longreprtext)
             self.announce(report)
+        elif report.when == "call" and record["outcome"] == "not run":
+            record["outcome"] = "passed"  # only a test body that ran can pass
+        if report.when == "call":
+            record["ran"] = True
 
     def announce(self, report: pytest.TestReport) -> None:
         """Print a one-paragraph summary of a failure now, before the run goes on."""
@@ -375,11 +395,19 @@ class Recorder:
         0 for a run that checked nothing, or that skipped a group it may not skip."""
         status = int(exitstatus)
         ours = [r for r in self.items.values() if r["id"].startswith("conformance/")]
-        if status == 0 and not self.config.getoption("collectonly", default=False):
-            ran = [r for r in ours if r["outcome"] != "skipped"]
-            if ours and not ran:
+        if status == 0 and self.config.getoption("collectonly", default=False):
+            return 0, f"COLLECTED ONLY: {self.collected} tests collected, none run (exit status 0)"
+        if status == 0:
+            ran = [r for r in ours if r.get("ran") and r["outcome"] != "skipped"]
+            if ours and not ran and all(r["outcome"] == "skipped" for r in ours):
                 return NO_TEST_RAN, (
                     f"NO TEST RAN: every one of the {len(ours)} selected tests was skipped "
+                    f"(exit status {NO_TEST_RAN})"
+                )
+            if ours and not ran:
+                return NO_TEST_RAN, (
+                    f"NO TEST RAN: {self.mode_without_bodies()} runs no test body, so nothing "
+                    f"was checked: none of the {len(ours)} selected tests ran "
                     f"(exit status {NO_TEST_RAN})"
                 )
             missing = [e for e in self.not_run() if not e["waived"]]
@@ -392,6 +420,36 @@ class Recorder:
                 )
         word = {code: word for code, word, _ in EXIT_STATUSES}.get(status, "exit")
         return status, f"{word.upper()} (exit status {status})"
+
+    def failure_causes(self) -> list[causes.Cause]:
+        """The distinct causes of the suite's failures and errors, most tests first."""
+        return causes.group(
+            (record["id"], record["cause"])
+            for record in self.items.values()
+            if record["outcome"] in ("failed", "error") and record["id"].startswith("conformance/")
+        )
+
+    def rerun(self, test_id: str) -> str:
+        return rerun_command(test_id, self.rerun_options())
+
+    def write_causes(self, terminalreporter) -> None:
+        """Each cause of the failures once, before pytest's paragraph of every failure."""
+        found = self.failure_causes()
+        if not found or hasattr(self.config, "workerinput"):
+            return
+        terminalreporter.section(causes.heading(found), red=True, bold=True)
+        for line in causes.lines(found, self.rerun):
+            terminalreporter.write_line(line)
+
+    def mode_without_bodies(self) -> str:
+        """The option that made this run skip the test bodies, in words."""
+        for option, flag in (("setupplan", "--setup-plan"), ("setuponly", "--setup-only")):
+            if self.config.getoption(option, default=False):
+                return flag
+        return "this run"
+
+    def pytest_collection_finish(self, session) -> None:
+        self.collected = len(session.items)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session, exitstatus) -> None:
@@ -419,7 +477,12 @@ class Recorder:
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config) -> None:
         groups = [g for g in self.grouped() if g["name"].startswith("conformance/")]
         if not groups:
-            if int(exitstatus) == int(pytest.ExitCode.NO_TESTS_COLLECTED):
+            status = self.status or self.verdict(int(exitstatus))
+            if status[0] != int(exitstatus) or (
+                self.config.getoption("collectonly", default=False) and self.collected
+            ):  # a verdict of the suite's own, also on tests of another folder
+                terminalreporter.write_line(f"verdict: {status[1]}", bold=True, red=status[0] != 0)
+            elif int(exitstatus) == int(pytest.ExitCode.NO_TESTS_COLLECTED):
                 deselected = len(terminalreporter.stats.get("deselected", ()))
                 terminalreporter.write_line(
                     "verdict: NO TESTS COLLECTED (exit status 5): "
@@ -527,6 +590,16 @@ class Recorder:
             "exit_status": int(exitstatus),
             "verdict": (self.status or self.verdict(exitstatus))[1],
             "not_run": self.not_run(),
+            "causes": [
+                {
+                    "cause": c.cause,
+                    "tests": c.count,
+                    "modules": c.modules,
+                    "first": c.first,
+                    "rerun": self.rerun(c.first),
+                }
+                for c in self.failure_causes()
+            ],  # fmt: skip
             "environment": self.environment(),
             "summary": {
                 outcome: sum(1 for p in properties if p["outcome"] == outcome)
