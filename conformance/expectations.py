@@ -16,8 +16,13 @@ under test that the suite must know before it collects:
   exception type (a builtin one): the test then fails the run if it fails any other way. An entry names tests inside a module: its pattern holds
   ``::`` followed by a literal character, so no entry hides a whole module. A listed test that
   fails is reported as xfail with its reason; a listed test that passes fails the run (strict
-  xfail); a failure not listed fails the run as always. Entries that match no collected test
-  are printed at the end of the run (a narrowed run, with ``-k``, leaves some unmatched).
+  xfail), and names the entry to remove, by file and line; a failure not listed fails the run
+  as always. An entry that matches no test of the modules the run collected (an entry of a
+  test that ``-k``, ``-m`` or the level left out, or of a module the selection does not
+  collect, is not judged) is stale: it would hide the test that takes its name later. It is
+  named at the end of the run, and a strict run fails on it (exit 1): one with the ``ci``
+  profile (:data:`STRICT_PROFILES`; the default where ``CI`` is set, and what the SGLang legs
+  run). Any other run, the default ``dev`` one included, names it as a warning.
   An expectations file records the failures of a fixed set of examples, so a run with one is
   derandomized: a random profile (``dev``, ``nightly``) is loaded as ``<profile>-derandomized``.
 
@@ -33,6 +38,7 @@ from __future__ import annotations
 import builtins
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -55,6 +61,11 @@ class Entry:
     regex: re.Pattern = field(repr=False)
     raises: type[BaseException] | None = None
     matched: int = 0
+
+    @property
+    def module(self) -> str:
+        """The module the entry's tests are in, as the suite's ids name it."""
+        return self.pattern.partition("::")[0]
 
 
 class ExpectationsError(ValueError):
@@ -197,6 +208,19 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return lines
 
 
+#: The entry that lists a test, on the test's item.
+ENTRY = pytest.StashKey[Entry]()
+#: The profiles of a strict run: in one, an entry that matches no test fails the run (CI and
+#: the SGLang legs run ci; elsewhere the default is dev, and such an entry is a warning).
+STRICT_PROFILES = ("ci",)
+
+
+def strict(config: pytest.Config) -> bool:
+    """Whether this run refuses an entry that matches no test."""
+    selection = getattr(config, "_canary_selection", None)
+    return selection is not None and selection.profile_arg in STRICT_PROFILES
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _, entries = getattr(config, "_canary_expectations", (None, []))
@@ -209,27 +233,145 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for entry in entries:
             if entry.regex.match(nodeid):
                 entry.matched += 1
+                item.stash[ENTRY] = entry
                 item.add_marker(
                     pytest.mark.xfail(reason=entry.reason, strict=True, raises=entry.raises)
                 )
                 break
+    config._canary_expect_collected = [suite_id(item) for item in items]
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    """The tests this run leaves out (``-k``, ``-m``, the level): their entries are not stale."""
+    if items:
+        left_out = items[0].config.__dict__.setdefault("_canary_expect_deselected", [])
+        left_out += [suite_id(item) for item in items]
+
+
+def narrowed_modules(args: list[str]) -> set[str]:
+    """The modules (file names) a selection narrows to some of their tests (``m.py::test_x``):
+    an entry of another test of theirs is not stale, only not selected."""
+    modules = set()
+    for arg in args:
+        base, sep, _ = arg.partition("::")
+        if sep:
+            modules.add(Path(base).name if base.endswith(".py") else base.rsplit(".")[-1] + ".py")
+    return modules
+
+
+def judge(config: pytest.Config) -> None:
+    """Which entries match no test of the modules this run collected (stale: an error in a
+    strict run), and which name only tests the run left out, from what it collected."""
+    path, entries = getattr(config, "_canary_expectations", (None, []))
+    collected = getattr(config, "_canary_expect_collected", [])
+    left_out = getattr(config, "_canary_expect_deselected", [])
+    modules = {test_id.split("::", 1)[0] for test_id in [*collected, *left_out]}
+    narrowed = narrowed_modules(list(config.args))
+    unmatched = [entry for entry in entries if not entry.matched]
+    config._canary_expect_left_out = [
+        entry.line for entry in unmatched if any(entry.regex.match(n) for n in left_out)
+    ]
+    config._canary_expect_stale = [
+        entry.line
+        for entry in unmatched
+        if entry.line not in config._canary_expect_left_out
+        and entry.module in modules
+        and Path(entry.module).name not in narrowed
+    ]
+    verdict(config, path)
+
+
+def verdict(config: pytest.Config, path: str | None) -> None:
+    """The reason a strict run with stale entries fails (``Recorder.verdict`` reads it)."""
+    count = len(config._canary_expect_stale)
+    if count and strict(config):
+        config._canary_expect_verdict = (
+            f"{count} {'entry' if count == 1 else 'entries'} of {path} "
+            f"{'matches' if count == 1 else 'match'} no test (a ci run refuses a stale entry, "
+            "which would hide the test that takes its name)"
+        )
+
+
+def _xdist_controller(config: pytest.Config) -> bool:
+    return config.pluginmanager.get_plugin("dsession") is not None
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    config = session.config
+    path, _ = getattr(config, "_canary_expectations", (None, []))
+    if path and not _xdist_controller(config):
+        judge(config)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On a pytest-xdist worker: what it judged, for the controller, which collects nothing."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None and hasattr(session.config, "_canary_expect_stale"):
+        output["canary_expect_stale"] = session.config._canary_expect_stale
+        output["canary_expect_left_out"] = session.config._canary_expect_left_out
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """On the pytest-xdist controller: the entries its workers judged (each collects all)."""
+    config = node.config
+    output = getattr(node, "workeroutput", None) or {}
+    if "canary_expect_stale" in output and not hasattr(config, "_canary_expect_stale"):
+        config._canary_expect_stale = output["canary_expect_stale"]
+        config._canary_expect_left_out = output["canary_expect_left_out"]
+        verdict(config, config._canary_expectations[0])
+
+
+def xpass_message(path: str, entry: Entry) -> str:
+    """What to do about a listed test that passed: remove (or narrow) its entry, by file and line."""
+    lines = [
+        f"expected to fail, but passed: remove its entry from {path}",
+        f"  {path}:{entry.line}: {entry.pattern}",
+    ]
+    if entry.matched > 1:
+        lines.append(f"  (it lists {entry.matched} tests: narrow it if the others still fail)")
+    return "\n".join(lines)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    """A listed test that passed (pytest's strict XPASS) names its entry and file first."""
+    outcome = yield
+    report = outcome.get_result()
+    entry = item.stash.get(ENTRY, None)
+    path, _ = getattr(item.config, "_canary_expectations", (None, []))
+    if (
+        entry is not None
+        and report.when == "call"
+        and report.failed
+        and isinstance(report.longrepr, str)
+        and report.longrepr.startswith("[XPASS(strict)]")
+    ):
+        report.longrepr = f"{xpass_message(path, entry)}\n{report.longrepr}"
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     path, entries = getattr(config, "_canary_expectations", (None, []))
     if not path:
         return
-    unmatched = [entry for entry in entries if not entry.matched]
-    # a core run leaves the contract's additions out: entries for those are not stale
-    left_out = getattr(config, "_canary_level_left_out", [])
-    of_other_level = [e for e in unmatched if any(e.regex.match(n) for n in left_out)]
-    unmatched = [e for e in unmatched if e not in of_other_level]
-    if of_other_level:
+    by_line = {entry.line: entry for entry in entries}
+    left_out = [by_line[line] for line in getattr(config, "_canary_expect_left_out", [])]
+    stale = [by_line[line] for line in getattr(config, "_canary_expect_stale", [])]
+    if left_out:
         terminalreporter.line(
-            f"canary expectations: {len(of_other_level)} entries of {path} name tests of the "
-            "full level only, which this run leaves out"
+            f"canary expectations: {len(left_out)} entries of {path} name tests this run "
+            "leaves out (-k, -m, the level)"
         )
-    if unmatched:
-        terminalreporter.section("canary expectations matching no collected test")
-        for entry in unmatched:
+    if stale:
+        them = "it" if len(stale) == 1 else "them"
+        terminalreporter.section(
+            f"canary expectations matching no test: remove {them} ("
+            + (
+                "an error in a ci run"
+                if strict(config)
+                else f"a warning here; a ci run fails on {them}"
+            )
+            + ")"
+        )
+        for entry in stale:
             terminalreporter.line(f"{path}:{entry.line}: {entry.pattern}")

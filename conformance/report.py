@@ -395,6 +395,9 @@ class Recorder:
         0 for a run that checked nothing, or that skipped a group it may not skip."""
         status = int(exitstatus)
         ours = [r for r in self.items.values() if r["id"].startswith("conformance/")]
+        stale = getattr(self.config, "_canary_expect_verdict", None)  # conformance.expectations
+        if status == 0 and stale:
+            return 1, f"FAILED: {stale} (exit status 1)"
         if status == 0 and self.config.getoption("collectonly", default=False):
             return 0, f"COLLECTED ONLY: {self.collected} tests collected, none run (exit status 0)"
         if status == 0:

@@ -109,6 +109,8 @@ def test_globs_and_unmatched_entries(tmp_path):
         test_sample.py::test_raises_*  # [9] glob
         test_sample.py::test_gone[x]  # [9] no such test
         """,
+        "--hypothesis-profile",
+        "dev",  # not a strict run: an entry that matches nothing is a warning
     )
     assert code == 0, out
     assert "expect.txt:4: test_sample.py::test_gone[x]" in out
@@ -270,3 +272,96 @@ def test_a_duplicate_entry_is_named():
     """The same test listed twice is named with both lines, not reported as matching nothing."""
     with pytest.raises(ExpectationsError, match=r"<expectations>:3: .* also on line 1"):
         parse("test_x.py::test_a  # [1] one\n\ntest_x.py::test_a  # [1] again\n")
+
+
+# --- an entry to remove: an expected failure that passes, an entry that matches no test ------
+
+
+def test_an_expected_failure_that_passes_names_its_entry_and_file(tmp_path):
+    """A listed test that passes says which entry of which file to remove."""
+    code, out = run_suite(
+        tmp_path,
+        """
+        test_sample.py::test_fails  # [9] fails
+        test_sample.py::test_passes  # [9] listed, but passes
+        """,
+    )
+    assert code == 1, out
+    assert (
+        "expected to fail, but passed: remove its entry from expect.txt\n"
+        "  expect.txt:3: test_sample.py::test_passes\n"
+    ) in out
+    assert "[XPASS(strict)] [9] listed, but passes" in out
+
+
+def test_the_announcement_of_an_expected_failure_that_passes_gives_the_entry(tmp_path):
+    """The paragraph announcing a suite test that passed against its entry says why it fails
+    the run and what to do, and the causes name the entry once for the tests it lists."""
+    (tmp_path / "expect.txt").write_text(
+        "conformance/test_spec_vectors.py::test_enums_are_the_contracts[*  # [1] passes now\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "conformance", "conformance.test_spec_vectors", "--canary-impl",
+         "canary", "--canary-device", "cpu", "--canary-expect", "expect.txt", "-p",
+         "no:cacheprovider"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    paragraph = done.stdout.split("kv-canary: FAILED conformance/test_spec_vectors.py::", 1)[1]
+    assert (
+        "\n    expected to fail, but passed: remove its entry from expect.txt\n"
+        "      expect.txt:1: conformance/test_spec_vectors.py::test_enums_are_the_contracts[*\n"
+        "      (it lists 2 tests: narrow it if the others still fail)\n"
+    ) in paragraph.split("rerun alone:", 1)[0], paragraph[:1500]
+    assert re.search(
+        r"^2 tests: expected to fail, but passed: remove its entry from expect.txt$",
+        done.stdout,
+        re.M,
+    ), done.stdout[-3000:]
+
+
+STALE = """
+test_sample.py::test_fails  # [9] fails
+test_sample.py::test_raises_value_error  # [9] fails
+test_sample.py::test_gone  # [9] renamed since
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["--hypothesis-profile", "ci"], 1),
+        (["--hypothesis-profile", "dev"], 0),
+        (["--hypothesis-profile", "ci", "-n", "2"], 1),
+    ],
+    ids=["ci: an error", "dev: a warning", "ci, on pytest-xdist workers"],
+)
+def test_an_entry_that_matches_no_test_is_an_error_in_a_ci_run(tmp_path, args, code):
+    """A stale entry (it would hide the test that takes its name tomorrow) fails a ci run,
+    which CI and the SGLang legs make, and is a warning in any other; either way it is named."""
+    got, out = run_suite(tmp_path, STALE, *args)
+    assert got == code, out
+    assert "expect.txt:4: test_sample.py::test_gone" in out
+    if code:
+        assert "verdict: FAILED: 1 entry of expect.txt matches no test (a ci run refuses " in out
+    else:
+        assert "a warning here; a ci run fails on it" in out
+
+
+def test_an_entry_of_a_test_this_run_leaves_out_is_not_stale(tmp_path):
+    """An entry whose test ``-k`` deselected, or whose module the run did not collect, is no
+    stale entry, also in a ci run."""
+    code, out = run_suite(
+        tmp_path,
+        """
+        test_sample.py::test_fails  # [9] fails
+        test_other.py::test_elsewhere  # [9] a module this run does not collect
+        """,
+        "-k",
+        "passes",
+        "--hypothesis-profile",
+        "ci",
+    )
+    assert code == 0, out
+    assert "matching no test" not in out, out
