@@ -32,6 +32,7 @@ from conformance.driver import (
 from conformance.support import import_impl_lines
 from engine_model import KV_BYTES, Forward, GroupLaunch
 from engine_model.faults import REQ_TO_TOKEN
+from engine_model.vocabulary import FULL, TAIL
 from strategies.batches import EngineBatch, ScatterBatch, distinct_values
 
 __all__ = [
@@ -321,7 +322,7 @@ def pipeline_forwards(batch: EngineBatch, change: TableChange | None = None) -> 
         write = dict(input_ids=ids, positions=positions, enable_write_input_assert=False)
         write.update(dict.fromkeys(("expected_input_tokens", "expected_input_positions")))
         group = GroupLaunch(
-            group="FULL",
+            group=FULL,
             swa_window_size=window,
             full_to_swa_index_mapping=None if lut is None else lut.copy(),
             verify_capacity=max(1, need),
@@ -339,7 +340,7 @@ def pipeline_forwards(batch: EngineBatch, change: TableChange | None = None) -> 
                 write_req_capacity=batch.write_req_capacity,
                 write=write,
                 groups=(group,),
-                stages=("TAIL",),
+                stages=(TAIL,),
             )
         )
     return forwards
