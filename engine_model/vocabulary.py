@@ -122,32 +122,31 @@ class StepLabel:
         ):
             raise ValueError(f"no such step: {self!r}")
 
-    def __str__(self) -> str:
+    def _spelled(self, way: int) -> str:
+        """The label in one of its three spellings (0: text, 1: short, 2: name), from the one
+        table of how each way of running a forward is written."""
         if self.prefill_engine:
-            return f"{self.mode} on the prefill engine"
-        if self.draft:
-            return f"{self.mode} of the draft model"
-        if self.graph:
-            return f"{self.mode} replaying a graph"
-        return self.mode
+            ran = ("{} on the prefill engine", None, "{}")
+        elif self.draft:
+            ran = ("{} of the draft model", "draft {}", "DRAFT_{}")
+        elif self.graph:
+            ran = ("{} replaying a graph", "graph {}", "{}_GRAPH")
+        else:
+            ran = ("{}", None, "{}")
+        return (ran[way] or ran[0]).format(self.mode)
+
+    def __str__(self) -> str:
+        return self._spelled(0)
 
     @property
     def short(self) -> str:
         """The label in a table header: ``graph DECODE``, ``draft DECODE``."""
-        if self.draft:
-            return f"draft {self.mode}"
-        if self.graph:
-            return f"graph {self.mode}"
-        return str(self)
+        return self._spelled(1)
 
     @property
     def name(self) -> str:
         """The label as a settle mode names it: ``DECODE_GRAPH``, ``DRAFT_DECODE``."""
-        if self.draft:
-            return f"DRAFT_{self.mode}"
-        if self.graph:
-            return f"{self.mode}_GRAPH"
-        return self.mode
+        return self._spelled(2)
 
 
 _MOVE = "KV moved without a forward"
