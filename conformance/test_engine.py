@@ -35,6 +35,7 @@ from conformance.engine_support import (
 from conformance.profiles import engine_sizes, engine_step_sizes, examples
 from engine_model import KV_BYTES, Engine
 from engine_model.faults import FAULT_KINDS, FAULTS
+from engine_model.vocabulary import REQUIRED_FORWARDS, situation
 from strategies.engines import engine_configs
 
 pytestmark = pytest.mark.plan
@@ -245,14 +246,8 @@ REQUIRED_SITUATIONS = (
     "a readmitted request matched a cached prefix",
     "an insert rebound a row to the cache's pages",
     "drafts rejected and their pages freed",
-    "forward EXTEND",
-    "forward DECODE",
-    "forward DECODE replaying a graph",
-    "forward MIXED",
-    "forward IDLE replaying a graph",
-    "forward TARGET_VERIFY",
+    *(situation(step) for step in REQUIRED_FORWARDS),
     "a draft decode step",
-    "forward DRAFT_EXTEND_V2",
     "a cached prefix offloaded and reloaded into other slots",
     "a retracted request restored from its backup",
     "a request received from a prefill engine, page by page",

@@ -22,6 +22,7 @@ from engine_model.vocabulary import (
     ORACLE_MODES,
     SWA,
     StepLabel,
+    situation,
 )
 from reference import REQ_POOL_IDX_PADDING, window_starts
 
@@ -43,7 +44,7 @@ class Forwards(Allocators):
         if not batch and forward_mode != IDLE:
             return None
         self.steps += 1
-        self.events[f"forward {StepLabel(forward_mode, graph=graph)}"] += 1
+        self.events[situation(StepLabel(forward_mode, graph=graph))] += 1
         lens = self._batch_rows(forward_kind, batch, pad, graph)
         written = self._written_tokens(batch, forward_mode)
         # the write's input assert is off in every decode of the draft model (the EAGLE

@@ -41,6 +41,7 @@ __all__ = [
     "MOVE_STEP",
     "ORACLE_MODES",
     "PREFILL_ENGINE",
+    "REQUIRED_FORWARDS",
     "SETTLE_MODES",
     "SETTLE_STEPS",
     "STAGES",
@@ -52,6 +53,7 @@ __all__ = [
     "StepLabel",
     "launch_tag",
     "settle_step",
+    "situation",
 ]
 
 # -- forward modes: SGLang's ``ForwardMode`` names ----------------------------------------------
@@ -125,6 +127,7 @@ class StepLabel:
     def _spelled(self, way: int) -> str:
         """The label in one of its three spellings (0: text, 1: short, 2: name), from the one
         table of how each way of running a forward is written."""
+        ran: tuple[str, str | None, str]
         if self.prefill_engine:
             ran = ("{} on the prefill engine", None, "{}")
         elif self.draft:
@@ -158,6 +161,24 @@ MOVE_STEP = StepLabel(_MOVE)
 #: :attr:`engine_model.engine.Engine.written_by` records, by :attr:`StepLabel.name`, for the
 #: positions such a decode writes.
 DRAFT_DECODE = StepLabel(DECODE, draft=True)
+
+
+def situation(step: StepLabel) -> str:
+    """The situation an engine counts for a forward run as ``step`` (its ``events`` key):
+    ``situation(StepLabel(DECODE, graph=True)) == "forward DECODE replaying a graph"``."""
+    return f"forward {step}"
+
+
+#: The forwards every engine history of the suite must reach, as their situations count them.
+REQUIRED_FORWARDS = (
+    StepLabel(EXTEND),
+    StepLabel(DECODE),
+    StepLabel(DECODE, graph=True),
+    StepLabel(MIXED),
+    StepLabel(IDLE, graph=True),
+    StepLabel(TARGET_VERIFY),
+    StepLabel(DRAFT_EXTEND_V2),
+)
 
 # -- settle modes -------------------------------------------------------------------------------
 

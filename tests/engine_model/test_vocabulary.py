@@ -23,6 +23,7 @@ SPELLINGS = frozenset(
     | {s.short for s in v.SETTLE_STEPS}
     | {str(v.StepLabel(m, prefill_engine=True)) for m in v.FORWARD_MODES}
     | {str(v.StepLabel(m, graph=True)) for m in v.FORWARD_MODES}
+    | {v.situation(s) for s in (*v.SETTLE_STEPS, *v.REQUIRED_FORWARDS)}
 )
 
 
