@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +24,7 @@ OPTIONS = (
     ("--canary-impl MODULE", "CANARY_IMPL", "the implementation: a dotted module, a .py file or a package folder (default canary)"),
     ("--canary-device DEV", "CANARY_DEVICE", "the device of the tensors (default cuda if available, else cpu)"),
     ("--canary-level core|full", "CANARY_LEVEL", "core: what SGLang's kv_canary promises; full (default): the whole contract"),
-    ("--canary-expect FILE", "CANARY_EXPECT", "the tests expected to fail, each with its reason (strict)"),
+    ("--canary-expect FILE", "CANARY_EXPECT", "the tests expected to fail, each with its reason (strict; a ci run also refuses an entry that matches no test)"),
     ("--canary-allow-missing GROUP", "CANARY_ALLOW_MISSING", "a group the implementation may lack (write_verify, plan); without it a run that skips one exits 7"),
     ("--canary-report PATH", "", "also write the report as JSON to PATH"),
     ("--canary-no-shrink", "", "report each failing property's first example, unshrunk"),
@@ -58,9 +59,26 @@ PROG = "kv-canary-conformance"
 SUITE_DIR = Path(__file__).resolve().parent
 
 
+#: Set by ``scripts/conformance.sh`` to the command it was run as (``bash scripts/conformance.sh``).
+PROG_VARIABLE = "KV_CANARY_PROG"
+
+
 def prog() -> str:
-    """The command's name as it was run: ``python -m conformance`` or the console script."""
+    """The command's name as it was run: the script's, ``python -m conformance`` or the
+    console script."""
+    given = os.environ.get(PROG_VARIABLE, "").strip()
+    if given:
+        return given
     return "python -m conformance" if Path(sys.argv[0]).name == "__main__.py" else PROG
+
+
+def one_line(message: str) -> str:
+    """A usage error of pytest's parser (``usage: ...`` on a line of its own, then ``PROG:
+    error: ...``) in one line, with where the options are listed."""
+    lines = message.splitlines()
+    if len(lines) > 1 and lines[0].startswith("usage: "):
+        return " ".join(line.strip() for line in lines[1:]) + f" (see {prog()} --help)"
+    return message
 
 
 def _parser(args: Sequence[str]):
@@ -162,9 +180,19 @@ def suite_selection(arg: str, cwd: Path | None = None) -> str:
         raise pytest.UsageError(
             f"{arg!r} is not a test of the suite ({SUITE_DIR}): the command runs the suite's tests "
             "only; select them as conformance.test_buffers, conformance.test_buffers::test_x or "
-            "conformance/test_buffers.py::test_x, or with -k"
+            "conformance/test_buffers.py::test_x, or with -k" + implementation_hint(arg, cwd)
         )
     return arg
+
+
+def implementation_hint(arg: str, cwd: Path) -> str:
+    """Where ``arg``, given as a test selection, is a .py file or a package folder: how to
+    give it as the implementation under test instead."""
+    path = (cwd / arg).resolve()
+    if (path.is_file() and path.suffix == ".py") or (path / "__init__.py").is_file():
+        quoted = shlex.quote(arg)
+        return f"; to test the implementation {quoted}, give it as --canary-impl {quoted}"
+    return ""
 
 
 def pytest_args(args: Sequence[str]) -> list[str]:
@@ -231,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_args = pytest_args(args)
     except pytest.UsageError as error:
         for message in error.args:
-            print(f"ERROR: {message}", file=sys.stderr)  # as pytest prints its usage errors
+            print(f"ERROR: {one_line(message)}", file=sys.stderr)  # as pytest prints its own
         return int(pytest.ExitCode.USAGE_ERROR)
     except Exception:
         # a plugin cannot be imported (a dependency of the suite missing, say): pytest, failing
@@ -242,6 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # instead. Last here, so that the folder's modules never hide the suite's own.
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.append(os.getcwd())
+    os.environ.pop(PROG_VARIABLE, None)  # the command's own: no process it starts inherits it
     return int(pytest.main(run_args))
 
 

@@ -29,6 +29,7 @@ import pytest
 
 from . import levels, prerequisites, profiles
 from .report import Recorder, SkipGroup, check_writable, cut, in_suite
+from .run_settings import check_given_once, level_given, named, profile_given, setting
 
 if TYPE_CHECKING:
     import torch
@@ -107,31 +108,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     # given by the suite's command (conformance/cli.py): a test outside the suite is refused
     group.addoption("--canary-suite-only", action="store_true", default=False, help=SUPPRESS)
-
-
-def named(source: str, value: object) -> str:
-    """How an error names a value by where it came from: ``--canary-impl 'x'``, ``CANARY_IMPL='x'``."""
-    return f"{source} {value!r}" if source.startswith("-") else f"{source}={value!r}"
-
-
-def setting(config: pytest.Config, option: str, variable: str | None) -> tuple[str | None, str]:
-    """A run setting as given, and where from: the flag, else the variable; (None, flag) when
-    neither is set. An empty value (what an unset shell variable gives) is a usage error naming
-    its source: it never falls back to the default."""
-    value = config.getoption(option, default=None)
-    source = option
-    if value is None and variable:
-        value = os.environ.get(variable)
-        source = variable if value is not None else option
-    if value is not None and not value.strip():
-        raise pytest.UsageError(
-            f"{source} is empty"
-            + ("" if source.startswith("-") else " (set, but to nothing)")
-            + "; give a value, or "
-            + ("leave the option out" if source.startswith("-") else "unset it")
-            + " for the default"
-        )
-    return value, source
 
 
 def _looks_like_path(spec: str) -> bool:
@@ -335,42 +311,12 @@ def _selection(config: pytest.Config) -> Selection | None:
     return getattr(config, "_canary_selection", None)
 
 
-#: The profiles the suite loads for one given: ``ci`` on the CPU is ``ci-cpu``, and so on.
-_DERIVED_PROFILE = re.compile(r"(dev|ci|nightly|mutation)(-cpu|-no-shrink|-derandomized)+")
-
-
-def profile_given(config: pytest.Config) -> str:
-    """The Hypothesis profile this run was given (``--hypothesis-profile``, else
-    ``$HYPOTHESIS_PROFILE``, else ``ci`` when ``CI`` is set, else ``dev``); an unknown one, or
-    a name the suite derives from one (``ci-cpu``), is a usage error naming where it came from."""
-    from hypothesis import settings
-    from hypothesis.errors import InvalidArgument
-
-    value, source = setting(config, "--hypothesis-profile", "HYPOTHESIS_PROFILE")
-    if value is None:
-        return "ci" if os.environ.get("CI") else "dev"
-    where = named(source, value)
-    base = _DERIVED_PROFILE.fullmatch(value)
-    if base:
-        raise pytest.UsageError(
-            f"{where}: the suite derives that name from the profile {base[1]!r} (on the CPU, "
-            f"without shrinking or with an expectations file); give {base[1]!r}"
-        )
-    try:
-        settings.get_profile(value)
-    except InvalidArgument as error:
-        raise pytest.UsageError(
-            f"{where}: no such Hypothesis profile; the suite's are dev, ci, nightly (and "
-            "mutation: ci without shrinking)"
-        ) from error
-    return value
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """What the suite needs of this Python, then the profile, are checked before anything
     imports them (Hypothesis' own plugin loads the profile: a traceback otherwise)."""
     prerequisites.check()
+    check_given_once(list(config.invocation_params.args))
     profile_given(config)
     config._canary_benchmarks_was_there = BENCHMARK_STORAGE.exists()  # before it is made
 
@@ -394,7 +340,7 @@ def pytest_configure(config: pytest.Config) -> None:
     given, source = setting(config, "--canary-impl", "CANARY_IMPL")
     spec = given or "canary"
     profile = profile_given(config)
-    level = _level(config)
+    level = level_given(config)
     report, _ = setting(config, "--canary-report", None)
     if not hasattr(config, "workerinput"):  # the controller writes the reports
         if report is not None:
@@ -502,18 +448,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         return
     with contextlib.suppress(OSError):  # not empty, or gone already
         BENCHMARK_STORAGE.rmdir()
-
-
-def _level(config: pytest.Config) -> str:
-    """The conformance level of this run: ``--canary-level``, else ``$CANARY_LEVEL``, else full."""
-    level, source = setting(config, "--canary-level", "CANARY_LEVEL")
-    if level is None:
-        return levels.FULL
-    if level not in levels.LEVELS_ORDER:
-        raise pytest.UsageError(
-            f"{named(source, level)}: the levels are {', '.join(levels.LEVELS_ORDER)}"
-        )
-    return level
 
 
 LEVEL_WORDS = {

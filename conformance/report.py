@@ -54,12 +54,15 @@ NO_TEST_RAN = 6
 INCOMPLETE = 7
 EXIT_STATUSES = (
     (0, "passed", "every selected test ran and passed (or failed as the expectations file says)"),
-    (1, "failed", "a test failed or errored, or an expected failure passed"),
+    (1, "failed", "a test failed or errored, an expected failure passed, or (in a ci run) an "
+     "entry of the expectations file matches no test"),
     (2, "interrupted", "Ctrl-C; the counts are of the tests that ran before it"),
     (3, "internal error", "an error of pytest or of a plugin"),
-    (4, "usage error", "a bad option, implementation, device, profile or path; nothing ran"),
+    (4, "usage error", "a bad option, implementation, device, profile or path, or a "
+     "dependency this Python lacks; nothing ran"),
     (5, "no tests collected", "the selection matched none, or deselected all"),
-    (NO_TEST_RAN, "no test ran", "every selected test was skipped"),
+    (NO_TEST_RAN, "no test ran", "every selected test was skipped, or the run ran no test "
+     "body (--setup-only, --setup-plan); --collect-only exits 0, saying it only collected"),
     (INCOMPLETE, "incomplete", "what ran passed, but a contract group was skipped because the "
      "implementation lacks it (--canary-allow-missing GROUP accepts that)"),
 )  # fmt: skip
