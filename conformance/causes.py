@@ -29,6 +29,8 @@ _RAISED = re.compile(
 #: ``fingerprint(...): entry 3 (slot 5) = 0x..., but the reference gives 0x...``
 _HASH = re.compile(r"^(.*?): entry \d+(?: \([^)]*\))? = 0x[0-9a-f]+, but the reference gives", re.M)
 _CALL = re.compile(r"([A-Za-z_]\w*)\(")
+#: a stored engine-scale fingerprint vector's ``entry 0 (slot 0): hash got 0x..., want 0x...``
+_ENTRY_HASH = re.compile(r"^entry -?\d+ \(slot -?\d+\): hash got ", re.M)
 _RECORD = re.compile(r"^slot -?\d+: (\w+) got ")
 _RING = re.compile(r"^ring row \d+ \(slot -?\d+\): (\w+) got ")
 _RING_ROWS = (
@@ -79,6 +81,8 @@ def difference(lines: list[str]) -> str | None:
     if found:
         calls = _CALL.findall(found[1]) or found[1].split()[:1]
         return f"{calls[-1] if calls else 'a call'} returns a hash other than the reference's"
+    if _ENTRY_HASH.search(text):
+        return "fingerprint returns a hash other than the reference's"
     for line in lines:
         for pattern, kind in ((_RECORD, "of a canary record"), (_RING, "of a ring row")):
             match = pattern.match(line)

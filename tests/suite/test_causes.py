@@ -32,6 +32,10 @@ RAISES = "RuntimeError: fingerprint is not wired up yet"
                "entry 0 (slot 0) = 0x852d81ae2fd07209, but the reference gives "
                "0xf252579480198a43 (78 of 78 entries differ)",
          "fingerprint returns a hash other than the reference's"),
+        (None, "golden vector fp-scale-page-96 differs from the reference's result in "
+               "conformance/golden/scale.json\n  (a pool):\n      entry 0 (slot 0): hash got "
+               "0xde1a2b315b2c0df2, want 0x30e28d80111f1126",
+         "fingerprint returns a hash other than the reference's"),
         (None, "golden vector wv-ring-overflow differs from the reference's result in "
                "conformance/golden/write_verify.json\n  (a world):\n  slot 3: prev_hash got "
                "0x0000000000000001, want 0x0000000000000002, token got 1, want 2",
@@ -43,7 +47,7 @@ RAISES = "RuntimeError: fingerprint is not wired up yet"
         (None, "E   assert 3 == 4", "assert 3 == 4"),
     ],
     ids=["raised", "raised, caught by the suite", "raised, in the message", "refused nothing",
-         "a hash", "a record", "a ring row", "a plan", "anything else"],
+         "a hash", "a stored hash", "a record", "a ring row", "a plan", "anything else"],
 )  # fmt: skip
 def test_the_cause_of_a_failure(error, text, cause):
     assert causes.cause_of(error, text) == cause
