@@ -144,6 +144,59 @@ def write(
 ) -> None:
     """Stamp the canary fields of every written slot and chain them (CONTRACT §6)."""
     _check_source_count(state.real_kv_sources)  # CONTRACT §8: the first check of a launch
+    _check_expected_inputs_given(
+        enable_write_input_assert, expected_input_tokens, expected_input_positions
+    )
+    num_slots = _check_canary_buf(state.canary_buf)
+    token_arrays = _write_token_arrays(
+        input_ids,
+        positions,
+        out_cache_loc,
+        enable_write_input_assert=enable_write_input_assert,
+        expected_input_tokens=expected_input_tokens,
+        expected_input_positions=expected_input_positions,
+    )
+    slots = token_arrays["out_cache_loc"]
+    # the loops below read entries one by one: Python ints, not numpy scalars
+    slot_of = slots.tolist()
+    request_ranges = _write_request_ranges(plan, slot_of, num_slots)
+
+    written_entries = [
+        entry
+        for begin, end, _ in request_ranges
+        for entry in range(begin, end)
+        if slot_of[entry] >= 0
+    ]
+    real_kv_hashes = fingerprint(
+        state.real_kv_sources, slots[written_entries], mode=state.real_kv_hash_mode
+    )
+    real_kv_hash_of_entry = dict(
+        zip(written_entries, (int(h) for h in real_kv_hashes), strict=True)
+    )
+    position_assert_enabled = int(state.enable_chain_position_assert[0]) != 0
+    kind = int(state.kernel_kind)
+    entries = _WriteEntries.read(token_arrays, slot_of, real_kv_hash_of_entry)
+    # Validation is over, and every field is read; from here on the launch mutates state.
+    np.add(state.kernel_run_counter, 1, out=state.kernel_run_counter)
+
+    for begin, end, seed in request_ranges:
+        if begin == end:
+            continue
+        _write_request(
+            state,
+            entries,
+            (begin, end, seed),
+            kind=kind,
+            position_assert_enabled=position_assert_enabled,
+        )
+
+    np.add(state.slot_run_counter, len(written_entries), out=state.slot_run_counter)
+
+
+def _check_expected_inputs_given(
+    enable_write_input_assert: bool, expected_input_tokens, expected_input_positions
+) -> None:
+    """Refuse expected input tensors missing under the write assert, or given without it."""
     if enable_write_input_assert:
         if expected_input_tokens is None or expected_input_positions is None:
             raise ValueError(
@@ -153,8 +206,19 @@ def write(
         raise ValueError(
             "kv-canary: expected input tensors must be None when enable_write_input_assert=False"
         )
-    num_slots = _check_canary_buf(state.canary_buf)
 
+
+def _write_token_arrays(
+    input_ids,
+    positions,
+    out_cache_loc,
+    *,
+    enable_write_input_assert: bool,
+    expected_input_tokens,
+    expected_input_positions,
+) -> dict[str, np.ndarray]:
+    """A write's per-token arrays as int64 vectors by argument name, each as long as
+    ``out_cache_loc`` (the expected ones only under the write assert)."""
     tokens = _int64_vector(input_ids, "input_ids")
     token_positions = _int64_vector(positions, "positions")
     slots = _int64_vector(out_cache_loc, "out_cache_loc")
@@ -170,7 +234,16 @@ def write(
             raise ValueError(
                 f"kv-canary: {name} has {array.shape[0]} entries but out_cache_loc has {num_tokens}"
             )
+    token_arrays["out_cache_loc"] = slots
+    return token_arrays
 
+
+def _write_request_ranges(
+    plan: WritePlan, slot_of: list[int], num_slots: int
+) -> list[tuple[int, int, int]]:
+    """``(begin, end, seed)`` of each active request of a write plan, its offsets and its
+    slots checked against the token entries and the canary buffer."""
+    num_tokens = len(slot_of)
     seeds = _int64_vector(plan.write_seed_slot_indices, "plan.write_seed_slot_indices")
     offsets = _int64_vector(plan.write_offsets, "plan.write_offsets")
     capacity = seeds.shape[0]
@@ -180,8 +253,6 @@ def write(
             f"got {offsets.shape[0]}"
         )
     active = _clamp(int(plan.write_num_valid_reqs[0]), 0, capacity)
-    # the loops below read entries one by one: Python ints, not numpy scalars
-    slot_of = slots.tolist()
 
     request_ranges = []
     for request in range(active):
@@ -197,96 +268,132 @@ def write(
         request_ranges.append((begin, end, seed))
         for entry in range(begin, end):
             _check_slot_index(slot_of[entry], num_slots, f"out_cache_loc[{entry}]", skip=True)
+    return request_ranges
 
-    written_entries = [
-        entry
-        for begin, end, _ in request_ranges
-        for entry in range(begin, end)
-        if slot_of[entry] >= 0
-    ]
-    real_kv_hashes = fingerprint(
-        state.real_kv_sources, slots[written_entries], mode=state.real_kv_hash_mode
-    )
-    real_kv_hash_of_entry = dict(
-        zip(written_entries, (int(h) for h in real_kv_hashes), strict=True)
-    )
 
-    position_assert_enabled = int(state.enable_chain_position_assert[0]) != 0
-    kind = int(state.kernel_kind)
-    token_of, position_of = tokens.tolist(), token_positions.tolist()
-    if enable_write_input_assert:
-        expected_token_of, expected_position_of = (
-            expected_tokens.tolist(),
-            expected_positions.tolist(),
+@dataclass(frozen=True)
+class _WriteEntries:
+    """A write's entries as Python ints, read before the launch mutates any state."""
+
+    slot_of: list[int]
+    token_of: list[int]
+    position_of: list[int]
+    #: the expected tokens and positions; None without the write assert
+    expected_token_of: list[int] | None
+    expected_position_of: list[int] | None
+    real_kv_hash_of_entry: dict[int, int]
+
+    @classmethod
+    def read(
+        cls,
+        token_arrays: dict[str, np.ndarray],
+        slot_of: list[int],
+        real_kv_hash_of_entry: dict[int, int],
+    ) -> _WriteEntries:
+        """The entries of ``token_arrays`` (of ``_write_token_arrays``) as lists."""
+        expected_tokens = token_arrays.get("expected_input_tokens")
+        expected_positions = token_arrays.get("expected_input_positions")
+        return cls(
+            slot_of=slot_of,
+            token_of=token_arrays["input_ids"].tolist(),
+            position_of=token_arrays["positions"].tolist(),
+            expected_token_of=None if expected_tokens is None else expected_tokens.tolist(),
+            expected_position_of=(
+                None if expected_positions is None else expected_positions.tolist()
+            ),
+            real_kv_hash_of_entry=real_kv_hash_of_entry,
         )
-    # Validation is over, and every field is read; from here on the launch mutates state.
-    np.add(state.kernel_run_counter, 1, out=state.kernel_run_counter)
 
-    for begin, end, seed in request_ranges:
-        if begin == end:
+
+def _write_request(
+    state: CanaryState,
+    entries: _WriteEntries,
+    request_range: tuple[int, int, int],
+    *,
+    kind: int,
+    position_assert_enabled: bool,
+) -> None:
+    """Stamp and chain the written slots of one request's entries ``[begin, end)`` from the
+    chain value that follows its ``seed``, reporting each failed write assert."""
+    begin, end, seed = request_range
+    slot_of, token_of, position_of = entries.slot_of, entries.token_of, entries.position_of
+    expected_token_of = entries.expected_token_of
+    expected_position_of = entries.expected_position_of
+    running = _slot_hash(state.canary_buf, seed)
+    check_positions = seed >= 0 and position_assert_enabled
+    prev_pos = _load_field(state.canary_buf, seed, CanaryField.POSITION) if seed >= 0 else 0
+    for entry in range(begin, end):
+        slot = slot_of[entry]
+        if slot < 0:
             continue
-        running = _slot_hash(state.canary_buf, seed)
-        check_positions = seed >= 0 and position_assert_enabled
-        prev_pos = _load_field(state.canary_buf, seed, CanaryField.POSITION) if seed >= 0 else 0
-        for entry in range(begin, end):
-            slot = slot_of[entry]
-            if slot < 0:
-                continue
-            token = token_of[entry]
-            pos = position_of[entry]
+        token = token_of[entry]
+        pos = position_of[entry]
 
-            if enable_write_input_assert:
-                expected_token = expected_token_of[entry]
-                expected_pos = expected_position_of[entry]
-                bits = 0
-                if token != expected_token:
-                    bits |= FailReason.WRITE_TOKEN_MISMATCH
-                if pos != expected_pos:
-                    bits |= FailReason.WRITE_POSITION_MISMATCH
-                if bits:
-                    _emit_violation(
-                        state,
-                        (
-                            kind,
-                            slot,
-                            pos,
-                            token,
-                            expected_token,
-                            to_signed64(running),
-                            expected_pos,
-                            int(bits),
-                        ),
-                    )
-
-            if check_positions:
-                # int64 successor: 2**63 - 1 is followed by -2**63, as on the device.
-                successor = to_signed64(prev_pos + 1)
-                if pos != successor:
-                    _emit_violation(
-                        state,
-                        (
-                            kind,
-                            slot,
-                            pos,
-                            token,
-                            token,
-                            to_signed64(running),
-                            successor,
-                            int(FailReason.WRITE_POSITION_MISMATCH),
-                        ),
-                    )
-                prev_pos = pos
-
-            _store_fields(
-                state.canary_buf,
-                slot,
-                (token, pos, to_signed64(running), real_kv_hash_of_entry[entry]),
+        if expected_token_of is not None and expected_position_of is not None:
+            _check_write_input(
+                state,
+                (kind, slot, pos, token, to_signed64(running)),
+                expected_token_of[entry],
+                expected_position_of[entry],
             )
-            # The chain advances with the actual values, so one failed assert never
-            # cascades into the next entry's row.
-            running = splitmix64_mix3(running, token, pos)
 
-    np.add(state.slot_run_counter, len(written_entries), out=state.slot_run_counter)
+        if check_positions:
+            # int64 successor: 2**63 - 1 is followed by -2**63, as on the device.
+            successor = to_signed64(prev_pos + 1)
+            if pos != successor:
+                _emit_violation(
+                    state,
+                    (
+                        kind,
+                        slot,
+                        pos,
+                        token,
+                        token,
+                        to_signed64(running),
+                        successor,
+                        int(FailReason.WRITE_POSITION_MISMATCH),
+                    ),
+                )
+            prev_pos = pos
+
+        _store_fields(
+            state.canary_buf,
+            slot,
+            (token, pos, to_signed64(running), entries.real_kv_hash_of_entry[entry]),
+        )
+        # The chain advances with the actual values, so one failed assert never
+        # cascades into the next entry's row.
+        running = splitmix64_mix3(running, token, pos)
+
+
+def _check_write_input(
+    state: CanaryState,
+    written: tuple[int, int, int, int, int],
+    expected_token: int,
+    expected_pos: int,
+) -> None:
+    """Report a written entry whose token or position is not the expected one;
+    ``written`` is ``(kind, slot, pos, token, prev_hash)``."""
+    kind, slot, pos, token, prev_hash = written
+    bits = 0
+    if token != expected_token:
+        bits |= FailReason.WRITE_TOKEN_MISMATCH
+    if pos != expected_pos:
+        bits |= FailReason.WRITE_POSITION_MISMATCH
+    if bits:
+        _emit_violation(
+            state,
+            (
+                kind,
+                slot,
+                pos,
+                token,
+                expected_token,
+                prev_hash,
+                expected_pos,
+                int(bits),
+            ),
+        )
 
 
 def verify(state: CanaryState, plan: VerifyPlan, *, check_verify_expected_token: bool) -> None:
@@ -294,28 +401,10 @@ def verify(state: CanaryState, plan: VerifyPlan, *, check_verify_expected_token:
     _check_source_count(state.real_kv_sources)
     num_slots = _check_canary_buf(state.canary_buf)
 
-    slots = _int64_vector(plan.verify_slot_indices, "plan.verify_slot_indices")
-    prev_slots = _int64_vector(plan.verify_prev_slot_indices, "plan.verify_prev_slot_indices")
-    expected_positions = _int64_vector(
-        plan.verify_expected_positions, "plan.verify_expected_positions"
+    slots, prev_slots, expected_positions, expected_tokens = _verify_plan_arrays(
+        plan, check_verify_expected_token=check_verify_expected_token
     )
     capacity = slots.shape[0]
-    for name, array in (
-        ("plan.verify_prev_slot_indices", prev_slots),
-        ("plan.verify_expected_positions", expected_positions),
-    ):
-        if array.shape[0] != capacity:
-            raise ValueError(
-                f"kv-canary: {name} must have {capacity} entries, got {array.shape[0]}"
-            )
-    expected_tokens = None
-    if check_verify_expected_token:
-        expected_tokens = _int64_vector(plan.verify_expected_tokens, "plan.verify_expected_tokens")
-        if expected_tokens.shape[0] != capacity:
-            raise ValueError(
-                f"kv-canary: plan.verify_expected_tokens must have {capacity} entries, "
-                f"got {expected_tokens.shape[0]}"
-            )
     if int(plan.enable[0]) == 0:
         # A plan disabled for overflow leaves its entries unwritten: nothing is read or counted
         # but the launch itself, and its slots are not range-checked.
@@ -348,44 +437,95 @@ def verify(state: CanaryState, plan: VerifyPlan, *, check_verify_expected_token:
     anchor_hash = to_signed64(splitmix64(CANARY_CHAIN_ANCHOR))
 
     for entry in checked_entries:
-        slot = slot_of[entry]
-        stored_token, stored_pos, stored_prev_hash, stored_real_kv = _load_fields(
-            state.canary_buf, slot
+        _verify_entry(
+            state,
+            (slot_of[entry], prev_of[entry], position_of[entry]),
+            None if token_of is None else token_of[entry],
+            current_real_kv_of_entry[entry],
+            kind=kind,
+            anchor_hash=anchor_hash,
         )
-        prev = prev_of[entry]
-        if prev < 0:
-            expected_chain = anchor_hash
-        elif prev == 0:
-            expected_chain = stored_prev_hash
-        else:
-            expected_chain = to_signed64(_slot_hash(state.canary_buf, prev))
 
-        bits = 0
-        if prev != 0 and stored_prev_hash != expected_chain:
-            bits |= FailReason.VERIFY_CHAIN_HASH_MISMATCH
-        expected_token = -1
-        if token_of is not None:
-            expected_token = token_of[entry]
-            if expected_token != -1 and stored_token != expected_token:
-                bits |= FailReason.VERIFY_TOKEN_MISMATCH
-        if stored_pos != position_of[entry]:
-            bits |= FailReason.VERIFY_POSITION_MISMATCH
-        if stored_real_kv != current_real_kv_of_entry[entry]:
-            bits |= FailReason.VERIFY_REAL_KV_HASH_MISMATCH
-        if bits:
-            _emit_violation(
-                state,
-                (
-                    kind,
-                    slot,
-                    stored_pos,
-                    stored_token,
-                    expected_token,
-                    stored_prev_hash,
-                    expected_chain,
-                    int(bits),
-                ),
+
+def _verify_plan_arrays(
+    plan: VerifyPlan, *, check_verify_expected_token: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """A verify plan's slots, previous slots, expected positions and (where checked) expected
+    tokens as int64 vectors, each checked to be as long as the slots."""
+    slots = _int64_vector(plan.verify_slot_indices, "plan.verify_slot_indices")
+    prev_slots = _int64_vector(plan.verify_prev_slot_indices, "plan.verify_prev_slot_indices")
+    expected_positions = _int64_vector(
+        plan.verify_expected_positions, "plan.verify_expected_positions"
+    )
+    capacity = slots.shape[0]
+    for name, array in (
+        ("plan.verify_prev_slot_indices", prev_slots),
+        ("plan.verify_expected_positions", expected_positions),
+    ):
+        if array.shape[0] != capacity:
+            raise ValueError(
+                f"kv-canary: {name} must have {capacity} entries, got {array.shape[0]}"
             )
+    expected_tokens = None
+    if check_verify_expected_token:
+        expected_tokens = _int64_vector(plan.verify_expected_tokens, "plan.verify_expected_tokens")
+        if expected_tokens.shape[0] != capacity:
+            raise ValueError(
+                f"kv-canary: plan.verify_expected_tokens must have {capacity} entries, "
+                f"got {expected_tokens.shape[0]}"
+            )
+    return slots, prev_slots, expected_positions, expected_tokens
+
+
+def _verify_entry(
+    state: CanaryState,
+    planned: tuple[int, int, int],
+    token: int | None,
+    current_real_kv: int,
+    *,
+    kind: int,
+    anchor_hash: int,
+) -> None:
+    """Check one planned slot's stored fields against its plan entry ``planned`` (slot,
+    previous slot, expected position), its expected ``token`` (None: not checked) and its
+    KV's fingerprint now, and report a mismatch."""
+    slot, prev, expected_pos = planned
+    stored_token, stored_pos, stored_prev_hash, stored_real_kv = _load_fields(
+        state.canary_buf, slot
+    )
+    if prev < 0:
+        expected_chain = anchor_hash
+    elif prev == 0:
+        expected_chain = stored_prev_hash
+    else:
+        expected_chain = to_signed64(_slot_hash(state.canary_buf, prev))
+
+    bits = 0
+    if prev != 0 and stored_prev_hash != expected_chain:
+        bits |= FailReason.VERIFY_CHAIN_HASH_MISMATCH
+    expected_token = -1
+    if token is not None:
+        expected_token = token
+        if expected_token != -1 and stored_token != expected_token:
+            bits |= FailReason.VERIFY_TOKEN_MISMATCH
+    if stored_pos != expected_pos:
+        bits |= FailReason.VERIFY_POSITION_MISMATCH
+    if stored_real_kv != current_real_kv:
+        bits |= FailReason.VERIFY_REAL_KV_HASH_MISMATCH
+    if bits:
+        _emit_violation(
+            state,
+            (
+                kind,
+                slot,
+                stored_pos,
+                stored_token,
+                expected_token,
+                stored_prev_hash,
+                expected_chain,
+                int(bits),
+            ),
+        )
 
 
 def _slot_hash(canary_buf: np.ndarray, slot: int) -> int:
