@@ -48,40 +48,21 @@ def plan(
     kv_token_id_vs_position_offset: int,
 ) -> None:
     """``launch_canary_plan_kernels`` on numpy arrays: fill both plans in place (§12)."""
-    if swa_window_size > 0 and full_to_swa_index_mapping is None:
-        raise ValueError(
-            "kv-canary: launch_canary_plan_kernels requires full_to_swa_index_mapping when "
-            "swa_window_size > 0"
-        )
-    if (
-        req_to_verify_expected_tokens is not None
-        and req_to_verify_expected_tokens_valid_lens is None
-    ):
-        raise ValueError(
-            "kv-canary: launch_canary_plan_kernels requires "
-            "req_to_verify_expected_tokens_valid_lens when req_to_verify_expected_tokens is set"
-        )
+    _check_optional_arguments(
+        swa_window_size=swa_window_size,
+        full_to_swa_index_mapping=full_to_swa_index_mapping,
+        req_to_verify_expected_tokens=req_to_verify_expected_tokens,
+        req_to_verify_expected_tokens_valid_lens=req_to_verify_expected_tokens_valid_lens,
+    )
     rows = _vector(req_pool_indices, "req_pool_indices")
     bs = rows.shape[0]
-    if bs > MAX_PLAN_REQS:
-        raise ValueError(
-            f"kv-canary: launch_canary_plan_kernels supports at most bs={MAX_PLAN_REQS} reqs per "
-            f"launch, got bs={bs}. Bump _PLAN_BS_BLOCK_SIZE if real workloads need this."
-        )
-    capacity = verify_plan.verify_slot_indices.shape[0]
-    if verify_capacity != capacity:
-        raise ValueError(
-            f"kv-canary: launch_canary_plan_kernels verify_capacity={verify_capacity} does not "
-            f"match verify_plan_out.verify_slot_indices.shape[0]={capacity}"
-        )
-    write_req_capacity = write_plan.write_seed_slot_indices.shape[0]
-    if bs > write_req_capacity:
-        raise ValueError(f"kv-canary: bs={bs} exceeds write_req_capacity={write_req_capacity}")
-    if swa_window_size < 0:
-        raise ValueError(
-            f"kv-canary: launch_canary_plan_kernels swa_window_size must be >= 0, got "
-            f"{swa_window_size}"
-        )
+    capacity = _check_sizes(
+        verify_plan,
+        write_plan,
+        bs=bs,
+        verify_capacity=verify_capacity,
+        swa_window_size=swa_window_size,
+    )
     prefixes = _vector(prefix_lens, "prefix_lens", bs)
     extends = _vector(extend_seq_lens, "extend_seq_lens", bs)
     valid_lens = (
@@ -104,7 +85,73 @@ def plan(
         kv_token_id_vs_position_offset=kv_token_id_vs_position_offset,
     )
     writes, seeds = _write_metadata(rows, prefixes, extends, req_to_token)
-    lut = full_to_swa_index_mapping
+    entries, seeds = _translated(entries, seeds, full_to_swa_index_mapping)
+
+    # the checks are done: from here on the plans change
+    _fill_verify_plan(verify_plan, entries, capacity)
+    _fill_write_plan(write_plan, writes, seeds)
+
+
+def _check_optional_arguments(
+    *,
+    swa_window_size: int,
+    full_to_swa_index_mapping: np.ndarray | None,
+    req_to_verify_expected_tokens: np.ndarray | None,
+    req_to_verify_expected_tokens_valid_lens,
+) -> None:
+    """Refuse an SWA window without its mapping (P2), expected tokens without their lengths (P3)."""
+    if swa_window_size > 0 and full_to_swa_index_mapping is None:
+        raise ValueError(
+            "kv-canary: launch_canary_plan_kernels requires full_to_swa_index_mapping when "
+            "swa_window_size > 0"
+        )
+    if (
+        req_to_verify_expected_tokens is not None
+        and req_to_verify_expected_tokens_valid_lens is None
+    ):
+        raise ValueError(
+            "kv-canary: launch_canary_plan_kernels requires "
+            "req_to_verify_expected_tokens_valid_lens when req_to_verify_expected_tokens is set"
+        )
+
+
+def _check_sizes(
+    verify_plan: VerifyPlan,
+    write_plan: WritePlan,
+    *,
+    bs: int,
+    verify_capacity: int,
+    swa_window_size: int,
+) -> int:
+    """Check the batch size against the cap and both plans' capacities (P4 to P6) and the
+    window's sign (P8); return the verify plan's capacity."""
+    if bs > MAX_PLAN_REQS:
+        raise ValueError(
+            f"kv-canary: launch_canary_plan_kernels supports at most bs={MAX_PLAN_REQS} reqs per "
+            f"launch, got bs={bs}. Bump _PLAN_BS_BLOCK_SIZE if real workloads need this."
+        )
+    capacity = verify_plan.verify_slot_indices.shape[0]
+    if verify_capacity != capacity:
+        raise ValueError(
+            f"kv-canary: launch_canary_plan_kernels verify_capacity={verify_capacity} does not "
+            f"match verify_plan_out.verify_slot_indices.shape[0]={capacity}"
+        )
+    write_req_capacity = write_plan.write_seed_slot_indices.shape[0]
+    if bs > write_req_capacity:
+        raise ValueError(f"kv-canary: bs={bs} exceeds write_req_capacity={write_req_capacity}")
+    if swa_window_size < 0:
+        raise ValueError(
+            f"kv-canary: launch_canary_plan_kernels swa_window_size must be >= 0, got "
+            f"{swa_window_size}"
+        )
+    return int(capacity)
+
+
+def _translated(
+    entries: PlannedEntries, seeds: np.ndarray, lut: np.ndarray | None
+) -> tuple[PlannedEntries, np.ndarray]:
+    """The entries' slots and the seeds through the SWA mapping ``lut`` (§12 item 3), each
+    checked to be inside it (P13); unchanged without one."""
     # P13: every slot the plan translates, also those of entries an overflow leaves unwritten
     if lut is not None:
         for raw in (entries.slots, entries.prev_slots, seeds):
@@ -117,8 +164,11 @@ def plan(
             rows=entries.rows,
         )
         seeds = translate(seeds, lut)
+    return entries, seeds
 
-    # the checks are done: from here on the plans change
+
+def _fill_verify_plan(verify_plan: VerifyPlan, entries: PlannedEntries, capacity: int) -> None:
+    """Write the entries into the verify plan, or disable it where they overflow its capacity."""
     total = entries.slots.shape[0]
     if total <= capacity:
         verify_plan.verify_slot_indices[:total] = entries.slots
@@ -130,6 +180,11 @@ def plan(
     else:
         verify_plan.verify_num_valid[0] = capacity
         verify_plan.enable[0] = 0
+
+
+def _fill_write_plan(write_plan: WritePlan, writes: np.ndarray, seeds: np.ndarray) -> None:
+    """Write each row's offsets (of its ``writes`` tokens) and seed into the write plan."""
+    bs = writes.shape[0]
     write_plan.write_offsets[:] = 0
     write_plan.write_offsets[1 : bs + 1] = np.cumsum(writes)
     write_plan.write_seed_slot_indices[:bs] = seeds
