@@ -377,7 +377,7 @@ def launch_canary_plan_kernels(
     kv_token_id_vs_position_offset: int,
 ) -> None:
     """Fill ``verify_plan_out`` and ``write_plan_out`` from one step's batch (CONTRACT §12)."""
-    checked = check_plan_launch(
+    a = _Arguments(
         verify_plan_out,
         write_plan_out,
         req_pool_indices,
@@ -391,16 +391,22 @@ def launch_canary_plan_kernels(
         req_to_verify_expected_tokens_valid_lens,
         kv_token_id_vs_position_offset,
     )
+    checked = check_plan_launch(*a)
+    verify_offsets = _launch_offsets_kernel(a, checked)
+    _launch_entries_kernel(a, checked, verify_offsets)
+
+
+def _launch_offsets_kernel(a: _Arguments, checked: CheckedPlan) -> torch.Tensor:
+    """Run ``plan_offsets_kernel`` over the batch: the write plan, the verify total and its
+    overflow; return each row's first verify entry (``bs + 1`` prefix sums)."""
     device, bs = checked.device, checked.bs
-    lut = full_to_swa_index_mapping
-    pool = req_to_verify_expected_tokens
-    valid_lens = req_to_verify_expected_tokens_valid_lens
+    verify_plan_out, write_plan_out = a.verify_plan_out, a.write_plan_out
+    req_pool_indices, prefix_lens, req_to_token = a.req_pool_indices, a.prefix_lens, a.req_to_token
+    extend_seq_lens = a.extend_seq_lens
+    lut = a.lut
     # Absent tensors are never read; a tensor of the same dtype stands in for each.
     lut_arg = lut if lut is not None else req_pool_indices
-    pool_arg = pool if pool is not None else req_to_token
-    valid_lens_arg = valid_lens if pool is not None else prefix_lens
     row_len = req_to_token.shape[1]
-    pool_len = pool.shape[1] if pool is not None else 0
     verify_offsets = torch.empty(bs + 1, dtype=torch.int64, device=device)
     launch_kernel(
         device,
@@ -426,6 +432,24 @@ def launch_canary_plan_kernels(
         BLOCK=PLAN_OFFSETS_BLOCK,
         num_warps=PLAN_OFFSETS_NUM_WARPS,
     )
+    return verify_offsets
+
+
+def _launch_entries_kernel(
+    a: _Arguments, checked: CheckedPlan, verify_offsets: torch.Tensor
+) -> None:
+    """Run ``plan_entries_kernel``, one program per block of verify entries, to fill the
+    verify plan's entries from the rows' first entries ``verify_offsets``."""
+    device, bs = checked.device, checked.bs
+    verify_plan_out = a.verify_plan_out
+    req_pool_indices, prefix_lens, req_to_token = a.req_pool_indices, a.prefix_lens, a.req_to_token
+    lut, pool, valid_lens = a.lut, a.pool, a.valid_lens
+    # Absent tensors are never read; a tensor of the same dtype stands in for each.
+    lut_arg = lut if lut is not None else req_pool_indices
+    pool_arg = pool if pool is not None else req_to_token
+    valid_lens_arg = valid_lens if pool is not None else prefix_lens
+    row_len = req_to_token.shape[1]
+    pool_len = pool.shape[1] if pool is not None else 0
     # The kernel finds the total and the overflow itself; the host's total only sizes the
     # grid (one program on overflow, which then writes nothing).
     planned = checked.total if checked.total <= checked.verify_capacity else 0

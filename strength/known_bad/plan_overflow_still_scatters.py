@@ -8,7 +8,7 @@ from strength.known_bad._mutate import export, patch_function
 
 patch_function(
     canary.plan,
-    "launch_canary_plan_kernels",
+    "_launch_entries_kernel",
     (
         "    planned = checked.total if checked.total <= checked.verify_capacity else 0\n",
         "    planned = checked.total\n"
