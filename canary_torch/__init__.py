@@ -216,7 +216,50 @@ def launch_canary_write_kernel(
     token = input_ids[kept].to(torch.int64)
     pos = positions[kept].to(torch.int64)
     real_kv = ops.fingerprint_slots(sources, slot, mode)
+    request, first_kept, kept_per_request, is_request_head = _requests_of_kept(
+        offsets, kept, active, device
+    )
 
+    fields = _fields(context)
+    seeded, seed_fields, chain_start = _chain_starts(fields, seeds[:active])
+    running = _walk_chains(chain_start, first_kept, kept_per_request, token, pos)
+
+    written = (slot, pos, token, running)
+    input_rows, input_failed = _input_assert_rows(
+        context,
+        written,
+        kept,
+        device,
+        enable_write_input_assert=enable_write_input_assert,
+        expected_input_tokens=expected_input_tokens,
+        expected_input_positions=expected_input_positions,
+    )
+    position_rows, position_failed = _position_assert_rows(
+        context,
+        written,
+        input_rows,
+        device,
+        request=request,
+        is_request_head=is_request_head,
+        seeded=seeded,
+        seed_fields=seed_fields,
+    )
+
+    fields[slot] = torch.stack([token, pos, running, real_kv], dim=1)
+    context.slot_run_counter.add_(num_kept)
+
+    # Plan order: by entry, an entry's input row before its position row.
+    rows = torch.stack([input_rows, position_rows], dim=1).reshape(-1, VIOLATION_FIELDS)
+    failed = torch.stack([input_failed, position_failed], dim=1).reshape(-1)
+    ops.append_violations(context.violation_ring, context.violation_write_index, rows[failed])
+
+
+def _requests_of_kept(
+    offsets: torch.Tensor, kept: torch.Tensor, active: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For the ``kept`` entries (ascending) of a write plan's ``active`` requests: each one's
+    request, each request's first kept entry and count of them, and which entries head one."""
+    num_kept = kept.numel()
     # Request of each kept entry: the first request whose range ends after it (empty ranges
     # end where they start, so they never claim an entry).
     ends = offsets[1 : active + 1]
@@ -224,15 +267,35 @@ def launch_canary_write_kernel(
     kept_per_request = torch.bincount(request, minlength=active)
     first_kept = torch.cumsum(kept_per_request, 0) - kept_per_request
     is_request_head = torch.arange(num_kept, device=device) == first_kept[request]
+    return request, first_kept, kept_per_request, is_request_head
 
-    fields = _fields(context)
-    request_seeds = seeds[:active]
+
+def _chain_starts(
+    fields: torch.Tensor, request_seeds: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per request of a write with kept entries: whether it has a seed slot, that slot's
+    stored fields (slot 0's for none) and the chain value its first entry continues."""
     seeded = request_seeds >= 0
     # A kept entry passed the bounds check, so slot 0 exists to stand in for anchor seeds.
     seed_fields = fields[request_seeds.clamp(min=0)]
     chain_start = torch.where(seeded, _chain_after(seed_fields), ops.ANCHOR_HASH)
-    running = _walk_chains(chain_start, first_kept, kept_per_request, token, pos)
+    return seeded, seed_fields, chain_start
 
+
+def _input_assert_rows(
+    context: VerifyOrWriteContext,
+    written: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    kept: torch.Tensor,
+    device: torch.device,
+    *,
+    enable_write_input_assert: bool,
+    expected_input_tokens: torch.Tensor | None,
+    expected_input_positions: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The write input assert's row of each kept entry and whether it failed; ``written`` is
+    ``(slot, pos, token, running)`` of the kept entries."""
+    slot, pos, token, running = written
+    num_kept = slot.numel()
     if enable_write_input_assert:
         # write_launch refused a None expected tensor when the assert is on
         want_token = cast(torch.Tensor, expected_input_tokens)[kept].to(torch.int64)
@@ -246,7 +309,25 @@ def launch_canary_write_kernel(
     else:
         input_rows = torch.zeros((num_kept, VIOLATION_FIELDS), dtype=torch.int64, device=device)
         input_failed = torch.zeros(num_kept, dtype=torch.bool, device=device)
+    return input_rows, input_failed
 
+
+def _position_assert_rows(
+    context: VerifyOrWriteContext,
+    written: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    input_rows: torch.Tensor,
+    device: torch.device,
+    *,
+    request: torch.Tensor,
+    is_request_head: torch.Tensor,
+    seeded: torch.Tensor,
+    seed_fields: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The chain position assert's row of each kept entry and whether it failed (never without
+    the assert, nor for the entries of an unseeded request); ``request`` is each entry's, and
+    ``seeded`` and ``seed_fields`` each request's."""
+    slot, pos, token, running = written
+    num_kept = slot.numel()
     position_failed = torch.zeros(num_kept, dtype=torch.bool, device=device)
     position_rows = input_rows
     if int(context.enable_chain_position_assert.item()) != 0:
@@ -266,14 +347,7 @@ def launch_canary_write_kernel(
             successor,
             torch.full_like(slot, _WRITE_POSITION),
         )
-
-    fields[slot] = torch.stack([token, pos, running, real_kv], dim=1)
-    context.slot_run_counter.add_(num_kept)
-
-    # Plan order: by entry, an entry's input row before its position row.
-    rows = torch.stack([input_rows, position_rows], dim=1).reshape(-1, VIOLATION_FIELDS)
-    failed = torch.stack([input_failed, position_failed], dim=1).reshape(-1)
-    ops.append_violations(context.violation_ring, context.violation_write_index, rows[failed])
+    return position_rows, position_failed
 
 
 def _walk_chains(
