@@ -407,19 +407,8 @@ def write_batches(
                              WriteRequest(seed=5, slots=(7,), tokens=(9,), positions=(41,))),
                    num_valid=1, padding=((2, 77, 8),), input_assert=False, ...)
     """
-    for name, value, lo in (
-        ("max_requests", max_requests, 1),
-        ("max_entries", max_entries, 0),
-        ("min_requests", min_requests, 1),
-        ("long_requests", long_requests, 1),
-    ):
-        check_int(name, value, lo)
-    if min_requests > max_requests:
-        raise InvalidArgument(f"min_requests={min_requests} must be <= max_requests={max_requests}")
-    if seeded is not None and not isinstance(seeded, bool):
-        raise InvalidArgument(f"seeded={seeded!r} must be None or a bool")
-    if seeded and not seeds:
-        raise InvalidArgument("seeded=True needs seeds to continue")
+    _check_write_batch_sizes(max_requests, max_entries, min_requests, long_requests)
+    _check_seeded(seeded, seeds)
     seed_slots = {slot for slot, _ in seeds}
     taken = seed_slots | set(avoid)
     bulk = max_requests * max_entries > DRAWN_ENTRIES or world.num_slots > _DRAWN_WORLD
@@ -442,6 +431,31 @@ def write_batches(
     return _write_batches(
         world, tuple(seeds), free, max_requests, max_entries, min_written, min_requests, seeded
     )
+
+
+def _check_write_batch_sizes(
+    max_requests: int, max_entries: int, min_requests: int, long_requests: int
+) -> None:
+    """Refuse a size of ``write_batches`` that is no int or below its least, or more
+    requests at least than at most."""
+    for name, value, lo in (
+        ("max_requests", max_requests, 1),
+        ("max_entries", max_entries, 0),
+        ("min_requests", min_requests, 1),
+        ("long_requests", long_requests, 1),
+    ):
+        check_int(name, value, lo)
+    if min_requests > max_requests:
+        raise InvalidArgument(f"min_requests={min_requests} must be <= max_requests={max_requests}")
+
+
+def _check_seeded(seeded: bool | None, seeds: tuple[tuple[int, int], ...]) -> None:
+    """Refuse a ``seeded`` of ``write_batches`` that is neither None nor a bool, or True with
+    no seed to continue."""
+    if seeded is not None and not isinstance(seeded, bool):
+        raise InvalidArgument(f"seeded={seeded!r} must be None or a bool")
+    if seeded and not seeds:
+        raise InvalidArgument("seeded=True needs seeds to continue")
 
 
 # A batch of at most this many entries (requests x entries) in a world of at most this many
@@ -550,37 +564,9 @@ def _bulk_write_batches(draw, world, seeds, taken, sizes_, seeded) -> WriteBatch
         fewest = max(fewest, long_requests + -(-rest // max(short, 1)))
     capacity = draw(sizes(max_requests, min_size=fewest), label="capacity")
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="bulk seed"))
-    free = np.setdiff1d(np.arange(world.num_slots, dtype=np.int64), np.fromiter(taken, np.int64))
-    # the world's power-of-two edge slots first, in a seeded order, then every other free slot
-    edges = np.intersect1d(np.asarray(capacity_edges(world.num_slots), np.int64), free)
-    order = np.concatenate(
-        [rng.permutation(edges), rng.permutation(np.setdiff1d(free, edges, assume_unique=True))]
-    )
-
-    # Lengths (written entries per request): short ones from the seed, then the long ones.
-    longs = rng.choice(capacity, size=min(long_requests, capacity), replace=False)
-    lengths = rng.integers(0 if min_written == 0 else 1, short + 1, size=capacity)
-    if min_written > long_requests * max_entries:
-        lengths[:] = short
-    lengths[longs] = 0
-    room = len(order)
-    while lengths.sum() > room:  # a small world: fewer short entries
-        lengths[np.argmax(lengths)] -= 1
-    room -= int(lengths.sum())
-    owed = max(min_written - int(lengths.sum()), 0)
-    for k, at in enumerate(longs.tolist()):
-        lowest = min(-(-owed // (len(longs) - k)), max_entries, room)
-        n = draw(sizes(min(max_entries, room), min_size=lowest), label="long request entries")
-        lengths[at] = n
-        owed, room = max(owed - n, 0), room - n
-
-    skip_rate = draw(st.sampled_from([0.0, 1 / 64, 1 / 6]), label="skipped entries")
-    jump_rate = draw(st.sampled_from([0.0, 1 / 256]), label="position jumps")
-    extreme_rate = draw(st.sampled_from([1 / 64, 0.0]), label="extreme tokens")
-    if seeded is None and seeds:
-        seeded_rate = draw(st.sampled_from([0.5, 0.0, 1.0]), label="seeded requests")
-    else:
-        seeded_rate = 1.0 if seeded else 0.0
+    order = _bulk_slot_order(rng, world.num_slots, taken)
+    lengths = _bulk_lengths(draw, rng, capacity, len(order), sizes_)
+    rates = _bulk_rates(draw, seeds, seeded)
     seed_order = rng.permutation(len(seeds)) if seeds else np.zeros(0, np.int64)
 
     requests = []
@@ -589,33 +575,8 @@ def _bulk_write_batches(draw, world, seeds, taken, sizes_, seeded) -> WriteBatch
         n = int(lengths[r])
         slots = order[cursor : cursor + n]
         cursor += n
-        if seeds and rng.random() < seeded_rate:
-            seed, stored_position = seeds[int(seed_order[r % len(seeds)])]
-            start = stored_position + 1
-        else:
-            seed = -1
-            start = int(rng.integers(0, 4000)) if rng.random() < 0.95 else INT64_MAX - n // 2
-        steps = np.ones(n, dtype=np.int64)
-        if n:
-            steps[0] = 0
-            jumps = rng.random(n) < jump_rate
-            jumps[0] = False  # a request starts right after its seed's position
-            steps[jumps] = rng.choice(np.array([0, 2, -5]), size=int(jumps.sum()))
-        positions = _wrap64(np.cumsum(steps).astype(object) + start)
-        tokens = rng.integers(1, 200_000, size=n, dtype=np.int64)
-        extreme = rng.random(n) < extreme_rate
-        tokens[extreme] = rng.choice(np.array(_EXTREME_TOKENS, np.int64), size=int(extreme.sum()))
-        # skipped entries (-1) between the written ones: they take no slot and no position
-        skips = int(rng.binomial(n, skip_rate)) if n and skip_rate else 0
-        at = np.sort(rng.integers(0, n + 1, size=skips))
-        slots = np.insert(slots, at, -1)
-        tokens = np.insert(tokens, at, 7)
-        positions = np.insert(positions, at, 0)
-        requests.append(
-            WriteRequest(
-                seed, tuple(slots.tolist()), tuple(tokens.tolist()), tuple(positions.tolist())
-            )
-        )
+        offered = seeds[int(seed_order[r % len(seeds)])] if seeds else None
+        requests.append(_bulk_request(rng, slots, offered, rates))
     num_valid = draw(
         st.sampled_from([capacity, capacity + 2] if min_written else [capacity, capacity + 2, -1]),
         label="num_valid",
@@ -628,16 +589,107 @@ def _bulk_write_batches(draw, world, seeds, taken, sizes_, seeded) -> WriteBatch
         )
         for k in range(draw(st.integers(0, 2), label="padding entries"))
     )
+    batch = WriteBatch(tuple(requests), num_valid, padding, False, (), ())
+    input_assert, expected_tokens, expected_positions = _bulk_expected_inputs(draw, rng, batch)
+    return WriteBatch(
+        tuple(requests), num_valid, padding, input_assert, expected_tokens, expected_positions
+    )
+
+
+def _bulk_slot_order(rng: np.random.Generator, num_slots: int, taken: frozenset) -> np.ndarray:
+    """The free slots of a world of ``num_slots`` in the order a bulk batch writes them: its
+    power-of-two edge slots first, in a seeded order, then every other free slot."""
+    free = np.setdiff1d(np.arange(num_slots, dtype=np.int64), np.fromiter(taken, np.int64))
+    edges = np.intersect1d(np.asarray(capacity_edges(num_slots), np.int64), free)
+    return np.concatenate(
+        [rng.permutation(edges), rng.permutation(np.setdiff1d(free, edges, assume_unique=True))]
+    )
+
+
+def _bulk_lengths(draw, rng: np.random.Generator, capacity: int, room: int, sizes_) -> np.ndarray:
+    """The written entries of each of a bulk batch's ``capacity`` requests, ``room`` slots in
+    all: short ones from the seed, then the long ones drawn, owing ``min_written``."""
+    max_requests, max_entries, min_written, min_requests, long_requests = sizes_
+    short = min(max_entries, _SHORT_ENTRIES)
+    longs = rng.choice(capacity, size=min(long_requests, capacity), replace=False)
+    lengths = rng.integers(0 if min_written == 0 else 1, short + 1, size=capacity)
+    if min_written > long_requests * max_entries:
+        lengths[:] = short
+    lengths[longs] = 0
+    while lengths.sum() > room:  # a small world: fewer short entries
+        lengths[np.argmax(lengths)] -= 1
+    room -= int(lengths.sum())
+    owed = max(min_written - int(lengths.sum()), 0)
+    for k, at in enumerate(longs.tolist()):
+        lowest = min(-(-owed // (len(longs) - k)), max_entries, room)
+        n = draw(sizes(min(max_entries, room), min_size=lowest), label="long request entries")
+        lengths[at] = n
+        owed, room = max(owed - n, 0), room - n
+    return lengths
+
+
+def _bulk_rates(draw, seeds, seeded: bool | None) -> tuple[float, float, float, float]:
+    """A bulk batch's rates of skipped entries, position jumps, extreme tokens and seeded
+    requests (the last drawn only where ``seeded`` is None and there are seeds)."""
+    skip_rate = draw(st.sampled_from([0.0, 1 / 64, 1 / 6]), label="skipped entries")
+    jump_rate = draw(st.sampled_from([0.0, 1 / 256]), label="position jumps")
+    extreme_rate = draw(st.sampled_from([1 / 64, 0.0]), label="extreme tokens")
+    if seeded is None and seeds:
+        seeded_rate = draw(st.sampled_from([0.5, 0.0, 1.0]), label="seeded requests")
+    else:
+        seeded_rate = 1.0 if seeded else 0.0
+    return skip_rate, jump_rate, extreme_rate, seeded_rate
+
+
+def _bulk_request(
+    rng: np.random.Generator,
+    slots: np.ndarray,
+    offered: tuple[int, int] | None,
+    rates: tuple[float, float, float, float],
+) -> WriteRequest:
+    """One request of a bulk batch writing ``slots``, continuing the ``offered`` seed (a
+    ``(slot, stored position)``; None: there are none) at the seeded rate."""
+    skip_rate, jump_rate, extreme_rate, seeded_rate = rates
+    n = len(slots)
+    if offered is not None and rng.random() < seeded_rate:
+        seed, stored_position = offered
+        start = stored_position + 1
+    else:
+        seed = -1
+        start = int(rng.integers(0, 4000)) if rng.random() < 0.95 else INT64_MAX - n // 2
+    steps = np.ones(n, dtype=np.int64)
+    if n:
+        steps[0] = 0
+        jumps = rng.random(n) < jump_rate
+        jumps[0] = False  # a request starts right after its seed's position
+        steps[jumps] = rng.choice(np.array([0, 2, -5]), size=int(jumps.sum()))
+    positions = _wrap64(np.cumsum(steps).astype(object) + start)
+    tokens = rng.integers(1, 200_000, size=n, dtype=np.int64)
+    extreme = rng.random(n) < extreme_rate
+    tokens[extreme] = rng.choice(np.array(_EXTREME_TOKENS, np.int64), size=int(extreme.sum()))
+    # skipped entries (-1) between the written ones: they take no slot and no position
+    skips = int(rng.binomial(n, skip_rate)) if n and skip_rate else 0
+    at = np.sort(rng.integers(0, n + 1, size=skips))
+    slots = np.insert(slots, at, -1)
+    tokens = np.insert(tokens, at, 7)
+    positions = np.insert(positions, at, 0)
+    return WriteRequest(
+        seed, tuple(slots.tolist()), tuple(tokens.tolist()), tuple(positions.tolist())
+    )
+
+
+def _bulk_expected_inputs(
+    draw, rng: np.random.Generator, batch: WriteBatch
+) -> tuple[bool, tuple[int, ...], tuple[int, ...]]:
+    """Whether a bulk batch asserts its inputs, and its expected tokens and positions: its
+    own, each wrong at a drawn rate."""
     input_assert = draw(st.booleans(), label="input_assert")
     expected_tokens: tuple[int, ...] = ()
     expected_positions: tuple[int, ...] = ()
     if input_assert:
-        batch = WriteBatch(tuple(requests), num_valid, padding, False, (), ())
         ids, positions, _ = (np.asarray(column, dtype=np.int64) for column in batch.token_arrays())
         rate = draw(st.sampled_from([1 / 64, 0.0]), label="input mismatches")
         wrong = rng.random((2, len(ids))) < rate
         expected_tokens = tuple(np.where(wrong[0], ids ^ 1, ids).tolist())
         expected_positions = tuple(np.where(wrong[1], positions ^ 2, positions).tolist())
-    return WriteBatch(
-        tuple(requests), num_valid, padding, input_assert, expected_tokens, expected_positions
-    )
+    return input_assert, expected_tokens, expected_positions
