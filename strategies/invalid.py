@@ -270,56 +270,11 @@ def _invalid_case(draw, break_sets_by_rule, max_ndim):
     dtype = draw(st.sampled_from(default_dtypes()))
     element_size = ELEMENT_SIZES[dtype]
     rows = draw(st.integers(1, 4))
+    page0, nbpt0, read0 = _draw_slot_layout(draw, breaks)
+    values, touched = _draw_field_values(draw, breaks, page0, nbpt0, read0)
+    row_elems, need = _draw_row_elems(draw, breaks, values, page0 * nbpt0, element_size)
     if "too_narrow" in breaks:
-        # A slot layout of >= 96 bytes leaves room for a narrower row that still splits
-        # into the >= 4 even elements the non-dense views below need.
-        page0 = draw(st.integers(3, 4))
-        nbpt0 = 16 * draw(st.integers(2, 4))
-    else:
-        page0 = draw(st.integers(1, 4))
-        nbpt0 = 16 * draw(st.integers(1, 4))
-    read0 = 16 * draw(st.integers(1, nbpt0 // 16))
-
-    page_size, nbpt, read_bytes = page0, nbpt0, read0
-    touched: set[str] = set()
-    if "page_size" in breaks:
-        page_size = draw(st.sampled_from((0, -1, -page0, -16)))
-        touched.add("page_size")
-    if "nbpt" in breaks:
-        # Above the old value, so read_bytes still fits under it and rule 5 holds.
-        nbpt = nbpt0 + draw(st.one_of(st.just(8), st.integers(1, 15)))
-        touched.add("num_bytes_per_token")
-    if "nbpt_small" in breaks:
-        nbpt = draw(st.sampled_from((0, 8, -16, -nbpt0, 4)))
-        touched |= {"num_bytes_per_token", "read_bytes"}
-    if "read_bytes" in breaks:
-        read_bytes = draw(st.sampled_from((0, 8, nbpt + 16, -16, read0 + 8)))
-        touched |= {"num_bytes_per_token", "read_bytes"}
-    values = {"page_size": page_size, "num_bytes_per_token": nbpt, "read_bytes": read_bytes}
-    for field in FIELDS:
-        values[field] = draw(_as_int(values[field]))
-    if "not_int" in breaks:
-        fields = draw(st.sets(st.sampled_from(_not_int_fields(breaks)), min_size=1))
-        for field in sorted(fields, key=FIELDS.index):
-            kind = draw(st.sampled_from(_NOT_INT_KINDS))
-            values[field] = _not_int(kind, int(values[field]))
-            touched.add(field)
-
-    # Row width, in elements of the final view.
-    basis_bytes = page0 * nbpt0
-    if "too_narrow" in breaks:
-        need = int(values["page_size"]) * int(values["num_bytes_per_token"])
-        row_elems = (need - 1) // element_size - draw(st.integers(0, 2))
-        row_elems -= row_elems % 2
         touched |= {"tensor", "page_size", "num_bytes_per_token"}
-    else:
-        need = basis_bytes
-        if _is_int(values["page_size"]) and _is_int(values["num_bytes_per_token"]):
-            need = max(need, int(values["page_size"]) * int(values["num_bytes_per_token"]))
-        # A few spare bytes past the slots: 8 gives the classic uint8 [rows, 24] of rule 7.
-        spare_bytes = draw(st.sampled_from((0, 8, 2, 4, 16, 24)))
-        row_elems = -(-(need + spare_bytes) // element_size)
-        row_elems = max(row_elems + row_elems % 2, 4)
 
     offset_bytes = 16 * draw(st.integers(0, 3))
     if "misaligned" in breaks:
@@ -340,63 +295,160 @@ def _invalid_case(draw, break_sets_by_rule, max_ndim):
             **common,
         )
     elif "ndim" in breaks:
-        variant = draw(st.sampled_from(("flat", "row", "scalar")))
-        if variant == "flat":
-            obj = ObjectSpec(kind="tensor", shape=(rows * row_elems,), strides=(1,), **common)
-        else:
-            ops: tuple[tuple, ...] = (("select", 0, draw(st.integers(0, rows - 1))),)
-            if variant == "scalar":
-                # Element 0 of a row keeps the row's 16-byte alignment.
-                ops += (("select", 0, 0),)
-            obj = ObjectSpec(
-                kind="tensor",
-                shape=(rows, row_elems),
-                strides=(aligned_row_stride, 1),
-                ops=ops,
-                **common,
-            )
+        obj = _draw_wrong_ndim(draw, rows, row_elems, aligned_row_stride, common)
     else:
-        classic = False
-        base_inner: tuple[int, ...]
-        if "not_dense" in breaks:
-            variant = draw(st.sampled_from(("transpose", "step", "narrow")))
-            if variant == "transpose":
-                # Heads and head_dim swapped: (rows, a, b) viewed as (rows, b, a).
-                divisors = [d for d in range(2, row_elems // 2 + 1) if row_elems % d == 0]
-                a = draw(st.sampled_from(divisors))
-                base_inner, ops = (a, row_elems // a), (("transpose", 1, 2),)
-            elif variant == "step":
-                base_inner, ops = (2 * row_elems,), (("slice", 1, None, None, 2),)
-            else:
-                # Only the first half of head_dim of each of 2 heads.
-                half = row_elems // 2
-                head_dim = half + draw(st.integers(1, 8))
-                base_inner, ops = (2, head_dim), (("slice", 2, None, half, 1),)
-        elif classic := ("row_stride" in breaks and draw(st.booleans())):
-            # The classic: a contiguous pool whose rows end 8 bytes off the 16-byte grid,
-            # like uint8 [rows, 24] for one 16-byte slot per row.
-            off_grid = need - 8 if "too_narrow" in breaks else need + 8
-            base_inner, ops = (off_grid // element_size,), ()
-        else:
-            base_inner, ops = draw(_row_shapes(row_elems, True, max_ndim)), ()
-        base_row_bytes = math.prod(base_inner) * element_size
-        gap_bytes = 0 if classic else 16 * draw(st.integers(0, 2))
-        if "row_stride" in breaks:
-            # Element sizes are below 16, so one extra element always breaks the multiple.
-            row_stride_bytes = base_row_bytes + (element_size if base_row_bytes % 16 == 0 else 0)
-        else:
-            row_stride_bytes = _align16(base_row_bytes)
-        row_stride_bytes += gap_bytes
-        obj = ObjectSpec(
-            kind="tensor",
-            shape=(rows, *base_inner),
-            strides=(row_stride_bytes // element_size, *_contiguous_strides(base_inner)),
-            ops=ops,
-            **common,
-        )
+        obj = _draw_row_view(draw, breaks, (rows, row_elems, need), element_size, max_ndim, common)
     if breaks & _TENSOR_BREAKS or "not_tensor" in breaks:
         touched.add("tensor")
+    return _case_of(obj, breaks, values, touched)
 
+
+def _draw_slot_layout(draw, breaks: frozenset[str]) -> tuple[int, int, int]:
+    """The valid ``page_size``, ``num_bytes_per_token`` and ``read_bytes`` that ``breaks``
+    then break (roomy enough for a narrower row where the row must be too narrow)."""
+    if "too_narrow" in breaks:
+        # A slot layout of >= 96 bytes leaves room for a narrower row that still splits
+        # into the >= 4 even elements the non-dense views below need.
+        page0 = draw(st.integers(3, 4))
+        nbpt0 = 16 * draw(st.integers(2, 4))
+    else:
+        page0 = draw(st.integers(1, 4))
+        nbpt0 = 16 * draw(st.integers(1, 4))
+    read0 = 16 * draw(st.integers(1, nbpt0 // 16))
+    return page0, nbpt0, read0
+
+
+def _draw_field_values(
+    draw, breaks: frozenset[str], page0: int, nbpt0: int, read0: int
+) -> tuple[dict, set[str]]:
+    """The three int fields by name, broken as ``breaks`` says and each drawn as some kind of
+    int (or not one, for ``not_int``), and the names of the fields broken."""
+    page_size, nbpt, read_bytes = page0, nbpt0, read0
+    touched: set[str] = set()
+    if "page_size" in breaks:
+        page_size = draw(st.sampled_from((0, -1, -page0, -16)))
+        touched.add("page_size")
+    if "nbpt" in breaks:
+        # Above the old value, so read_bytes still fits under it and rule 5 holds.
+        nbpt = nbpt0 + draw(st.one_of(st.just(8), st.integers(1, 15)))
+        touched.add("num_bytes_per_token")
+    if "nbpt_small" in breaks:
+        nbpt = draw(st.sampled_from((0, 8, -16, -nbpt0, 4)))
+        touched |= {"num_bytes_per_token", "read_bytes"}
+    if "read_bytes" in breaks:
+        read_bytes = draw(st.sampled_from((0, 8, nbpt + 16, -16, read0 + 8)))
+        touched |= {"num_bytes_per_token", "read_bytes"}
+    values: dict = {"page_size": page_size, "num_bytes_per_token": nbpt, "read_bytes": read_bytes}
+    for field in FIELDS:
+        values[field] = draw(_as_int(values[field]))
+    if "not_int" in breaks:
+        fields = draw(st.sets(st.sampled_from(_not_int_fields(breaks)), min_size=1))
+        for field in sorted(fields, key=FIELDS.index):
+            kind = draw(st.sampled_from(_NOT_INT_KINDS))
+            values[field] = _not_int(kind, int(values[field]))
+            touched.add(field)
+    return values, touched
+
+
+def _draw_row_elems(
+    draw, breaks: frozenset[str], values: dict, basis_bytes: int, element_size: int
+) -> tuple[int, int]:
+    """A row's width in elements of the final view, and the bytes a row needs (``basis_bytes``:
+    those of the valid layout): narrower than that for ``too_narrow``, else wide enough."""
+    if "too_narrow" in breaks:
+        need = int(values["page_size"]) * int(values["num_bytes_per_token"])
+        row_elems = (need - 1) // element_size - draw(st.integers(0, 2))
+        row_elems -= row_elems % 2
+    else:
+        need = basis_bytes
+        if _is_int(values["page_size"]) and _is_int(values["num_bytes_per_token"]):
+            need = max(need, int(values["page_size"]) * int(values["num_bytes_per_token"]))
+        # A few spare bytes past the slots: 8 gives the classic uint8 [rows, 24] of rule 7.
+        spare_bytes = draw(st.sampled_from((0, 8, 2, 4, 16, 24)))
+        row_elems = -(-(need + spare_bytes) // element_size)
+        row_elems = max(row_elems + row_elems % 2, 4)
+    return row_elems, need
+
+
+def _draw_wrong_ndim(draw, rows: int, row_elems: int, aligned_row_stride: int, common: dict):
+    """A tensor of the wrong rank: the rows flattened to 1-D, one row, or one element."""
+    variant = draw(st.sampled_from(("flat", "row", "scalar")))
+    if variant == "flat":
+        return ObjectSpec(kind="tensor", shape=(rows * row_elems,), strides=(1,), **common)
+    ops: tuple[tuple, ...] = (("select", 0, draw(st.integers(0, rows - 1))),)
+    if variant == "scalar":
+        # Element 0 of a row keeps the row's 16-byte alignment.
+        ops += (("select", 0, 0),)
+    return ObjectSpec(
+        kind="tensor",
+        shape=(rows, row_elems),
+        strides=(aligned_row_stride, 1),
+        ops=ops,
+        **common,
+    )
+
+
+def _draw_row_view(
+    draw,
+    breaks: frozenset[str],
+    size: tuple[int, int, int],
+    element_size: int,
+    max_ndim: int | None,
+    common: dict,
+) -> ObjectSpec:
+    """A tensor of rows: not dense, with a row stride off the 16-byte grid, or of valid N-D
+    rows, as ``breaks`` says; ``size`` is ``(rows, row_elems, need)`` (a row's width in
+    elements, the bytes a row needs)."""
+    rows, row_elems, need = size
+    classic = False
+    base_inner: tuple[int, ...]
+    if "not_dense" in breaks:
+        base_inner, ops = _draw_not_dense(draw, row_elems)
+    elif classic := ("row_stride" in breaks and draw(st.booleans())):
+        # The classic: a contiguous pool whose rows end 8 bytes off the 16-byte grid,
+        # like uint8 [rows, 24] for one 16-byte slot per row.
+        off_grid = need - 8 if "too_narrow" in breaks else need + 8
+        base_inner, ops = (off_grid // element_size,), ()
+    else:
+        base_inner, ops = draw(_row_shapes(row_elems, True, max_ndim)), ()
+    base_row_bytes = math.prod(base_inner) * element_size
+    gap_bytes = 0 if classic else 16 * draw(st.integers(0, 2))
+    if "row_stride" in breaks:
+        # Element sizes are below 16, so one extra element always breaks the multiple.
+        row_stride_bytes = base_row_bytes + (element_size if base_row_bytes % 16 == 0 else 0)
+    else:
+        row_stride_bytes = _align16(base_row_bytes)
+    row_stride_bytes += gap_bytes
+    return ObjectSpec(
+        kind="tensor",
+        shape=(rows, *base_inner),
+        strides=(row_stride_bytes // element_size, *_contiguous_strides(base_inner)),
+        ops=ops,
+        **common,
+    )
+
+
+def _draw_not_dense(draw, row_elems: int) -> tuple[tuple[int, ...], tuple[tuple, ...]]:
+    """The inner shape of a base tensor and the view ops that make its rows of
+    ``row_elems`` elements not dense: a transpose, a step, or a narrowed head_dim."""
+    variant = draw(st.sampled_from(("transpose", "step", "narrow")))
+    if variant == "transpose":
+        # Heads and head_dim swapped: (rows, a, b) viewed as (rows, b, a).
+        divisors = [d for d in range(2, row_elems // 2 + 1) if row_elems % d == 0]
+        a = draw(st.sampled_from(divisors))
+        return (a, row_elems // a), (("transpose", 1, 2),)
+    if variant == "step":
+        return (2 * row_elems,), (("slice", 1, None, None, 2),)
+    # Only the first half of head_dim of each of 2 heads.
+    half = row_elems // 2
+    head_dim = half + draw(st.integers(1, 8))
+    return (2, head_dim), (("slice", 2, None, half, 1),)
+
+
+def _case_of(
+    obj: ObjectSpec, breaks: frozenset[str], values: dict, touched: set[str]
+) -> InvalidSourceCase:
+    """The case of ``obj`` with the field ``values``, its error the reference's verdict."""
     rules = frozenset().union(*(_BREAK_RULES[b] for b in breaks))
     # The expected error is the reference's verdict on the object itself, made on the CPU.
     from strategies.materialize import describe, materialize_object
