@@ -550,27 +550,7 @@ def main(
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
-    if targets is None:
-        mutants, correct = load_targets()
-        targets = [*mutants, *correct]
-    unknown = sorted(set(args.leave_out) - {t.module for t in targets})
-    if unknown:
-        parser.error(f"--leave-out names no module of the gate: {', '.join(unknown)}")
-    targets = [t for t in targets if t.module not in args.leave_out]
-    if not runs_on_cpu(args.device):
-        cpu_only = [t for t in targets if t.area == CPU_ONLY_AREA]
-        targets = [t for t in targets if t.area != CPU_ONLY_AREA]
-        if cpu_only:
-            print(
-                f"[gate] left out on this device: the {len(cpu_only)} {CPU_ONLY_AREA} mutant(s), "
-                "which read outside their buffers (only the CPU's watch sees them, and masks "
-                "those reads off)",
-                file=sys.stderr,
-            )
-    if args.only:
-        targets = [t for t in targets if args.only in t.module]
-    if not targets:
-        parser.error(f"no module matches --only {args.only!r}")
+    targets = _selected_targets(parser, args, targets)
     servers = contextlib.ExitStack()
     socket = None
     if runner is None:
@@ -601,7 +581,43 @@ def main(
         results = run_all(targets, runner, jobs=args.jobs, progress=progress)
     facts = summary(results)
     facts["wall_seconds"] = time.perf_counter() - started
+    _report(results, facts, args)
+    return 0 if facts["ok"] else 1
 
+
+def _selected_targets(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, targets: Sequence[Target] | None
+) -> list[Target]:
+    """The targets a run of the gate runs: ``targets`` (None: the catalogue's mutants and
+    correct implementations) less those ``--leave-out`` names and those this device leaves
+    out, kept to ``--only``'s; a usage error where an option selects nothing."""
+    if targets is None:
+        mutants, correct = load_targets()
+        targets = [*mutants, *correct]
+    unknown = sorted(set(args.leave_out) - {t.module for t in targets})
+    if unknown:
+        parser.error(f"--leave-out names no module of the gate: {', '.join(unknown)}")
+    targets = [t for t in targets if t.module not in args.leave_out]
+    if not runs_on_cpu(args.device):
+        cpu_only = [t for t in targets if t.area == CPU_ONLY_AREA]
+        targets = [t for t in targets if t.area != CPU_ONLY_AREA]
+        if cpu_only:
+            print(
+                f"[gate] left out on this device: the {len(cpu_only)} {CPU_ONLY_AREA} mutant(s), "
+                "which read outside their buffers (only the CPU's watch sees them, and masks "
+                "those reads off)",
+                file=sys.stderr,
+            )
+    if args.only:
+        targets = [t for t in targets if args.only in t.module]
+    if not targets:
+        parser.error(f"no module matches --only {args.only!r}")
+    return targets
+
+
+def _report(results: Sequence[Result], facts: dict, args: argparse.Namespace) -> None:
+    """Print the gate's table, each error and misplaced kill, and its summary line; write the
+    JSON report where ``--json`` asks for one."""
     print(table(results))
     for result in results:
         if result.outcome == ERROR:
@@ -626,7 +642,6 @@ def main(
                 indent=2,
             )
         )
-    return 0 if facts["ok"] else 1
 
 
 if __name__ == "__main__":
