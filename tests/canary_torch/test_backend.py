@@ -513,30 +513,29 @@ EXPECTED_NONE = (
 )
 
 
-def test_launch_errors_agree_with_canary():
-    """Argument errors of write and verify raise the same exception type in both implementations,
-    the contract's exact message where it gives one, else naming the field and the values, and change
-    no state."""
-    trios = {
-        impl: Trio(
-            sources=(), mode=canary.RealKvHashMode.NONE, position_assert=False, ring_capacity=2
-        )
-        for impl in (tb, canary)
-    }
-    tokens = torch.tensor([1, 2])
+class _LaunchCalls:
+    """Write and verify launches of either implementation, each on an empty trio of its own."""
 
-    def contexts(impl):
-        trio = trios[impl]
+    def __init__(self) -> None:
+        empty = dict(sources=(), mode=canary.RealKvHashMode.NONE, position_assert=False)
+        self.trios = {impl: Trio(**empty, ring_capacity=2) for impl in (tb, canary)}
+        self.tokens = torch.tensor([1, 2])
+
+    def context(self, impl):
+        """The context of ``impl``'s trio, as that implementation's own type."""
+        trio = self.trios[impl]
         return trio.torch_context if impl is tb else trio.canary_context
 
-    def write_plan(impl, offsets=(0, 2, 2), seeds=(-1, -1)):
+    def write_plan(self, impl, offsets=(0, 2, 2), seeds=(-1, -1)):
+        """A write plan of ``impl`` whose one valid request writes both tokens."""
         return impl.WritePlan(
             write_offsets=torch.tensor(offsets),
             write_seed_slot_indices=torch.tensor(seeds),
             write_num_valid_reqs=torch.tensor([1], dtype=torch.int32),
         )
 
-    def verify_plan(impl, slots=None, prev=(0, 0, 0, 0), num_valid=2):
+    def verify_plan(self, impl, slots=None, prev=(0, 0, 0, 0), num_valid=2):
+        """A verify plan of ``impl``: 4 entries (slot 0 unless given), ``num_valid`` valid."""
         return impl.VerifyPlan(
             verify_slot_indices=torch.zeros(4, dtype=torch.int64) if slots is None else slots,
             verify_expected_tokens=torch.full((4,), -1, dtype=torch.int64),
@@ -546,14 +545,17 @@ def test_launch_errors_agree_with_canary():
             enable=torch.ones(1, dtype=torch.int32),
         )
 
-    def write(plan=write_plan, **overrides):
+    def write(self, plan=None, **overrides):
+        """A call that writes the two tokens with ``plan(impl)`` and the ``overrides``."""
+        plan = self.write_plan if plan is None else plan
+
         def call(impl):
             arguments = dict(
-                context=contexts(impl),
+                context=self.context(impl),
                 plan=plan(impl),
-                input_ids=tokens,
-                positions=tokens,
-                out_cache_loc=tokens,
+                input_ids=self.tokens,
+                positions=self.tokens,
+                out_cache_loc=self.tokens,
                 enable_write_input_assert=False,
                 expected_input_tokens=None,
                 expected_input_positions=None,
@@ -563,13 +565,18 @@ def test_launch_errors_agree_with_canary():
 
         return call
 
-    def verify(plan):
+    def verify(self, plan):
+        """A call that launches a verify of the plan ``plan(impl)``, expected tokens checked."""
         return lambda impl: impl.launch_canary_verify_kernel(
-            context=contexts(impl), plan=plan(impl), check_verify_expected_token=True
+            context=self.context(impl), plan=plan(impl), check_verify_expected_token=True
         )
 
-    # (call, exception type, exact message or the words the message names)
-    cases = [
+
+def _launch_error_cases(calls: _LaunchCalls) -> list[tuple]:
+    """``(call, exception type, exact message or the words it names)`` of each launch error."""
+    tokens, write, verify, write_plan = calls.tokens, calls.write, calls.verify, calls.write_plan
+    verify_plan = calls.verify_plan
+    return [
         (write(enable_write_input_assert=True), ValueError, EXPECTED_REQUIRED),
         (write(expected_input_tokens=tokens), ValueError, EXPECTED_NONE),
         (
@@ -595,7 +602,14 @@ def test_launch_errors_agree_with_canary():
             "kv-canary: plan.verify_slot_indices must be contiguous",
         ),
     ]
-    for call, error, message in cases:
+
+
+def test_launch_errors_agree_with_canary():
+    """Argument errors of write and verify raise the same exception type in both implementations,
+    the contract's exact message where it gives one, else naming the field and the values, and change
+    no state."""
+    calls = _LaunchCalls()
+    for call, error, message in _launch_error_cases(calls):
         for impl in (tb, canary):
             got_type, got_message = _error(lambda call=call, impl=impl: call(impl))
             assert got_type is error, (impl.__name__, got_type, got_message)
@@ -603,8 +617,8 @@ def test_launch_errors_agree_with_canary():
                 assert got_message == message, impl.__name__
             else:
                 assert named(got_message, message), (impl.__name__, got_message)
-    for impl in (tb, canary):
-        assert int(contexts(impl).kernel_run_counter) == 0  # a launch that raises changes nothing
+    for impl in (tb, canary):  # a launch that raises changes nothing
+        assert int(calls.context(impl).kernel_run_counter) == 0
 
 
 def test_no_triton_kernel_is_launched(monkeypatch):
