@@ -12,9 +12,15 @@ a canary's per-forward code can be judged as a server replays it:
 - a function wrapped by :meth:`Recorder.opaque` (a kernel launch) is recorded as ONE operation
   over its arguments, its own internals not recorded (an interpreted Triton kernel writes
   through raw pointers that no dispatch sees, as a compiled one does on a GPU);
+- a kernel launched as ``kernel[grid](...)`` (a Triton kernel, SGLang's phase checker's) is
+  made opaque the same way: ``kernel[grid]`` is the launch recorded as one operation;
 - :meth:`Graph.replay` runs the recorded operations in order over the same objects; an
   operation's result is written into the tensor the capture made (a graph's own memory is the
-  same at every replay), so a tensor made during capture is the same object at every replay.
+  same at every replay), so a tensor made during capture is the same object at every replay;
+- an allocation without values (``torch.empty``, ``empty_like``, ``new_empty``) is no
+  operation of a graph: a replay leaves its memory as the last replay left it, as a CUDA
+  graph's private pool does (``torch.zeros`` is an allocation and a fill, and the fill
+  replays).
 
 What is not recorded does not replay: a host read's value is frozen into the Python that used
 it, and so is every decision that value drove.
@@ -31,7 +37,19 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["Graph", "Recorder", "capture"]
+__all__ = ["ALLOCATIONS", "Graph", "Recorder", "capture"]
+
+_aten = torch.ops.aten
+#: The operations that only allocate (no values written): not recorded, never replayed.
+ALLOCATIONS = frozenset(
+    {
+        _aten.empty.memory_format,
+        _aten.empty_strided.default,
+        _aten.empty_like.default,
+        _aten.new_empty.default,
+        _aten.new_empty_strided.default,
+    }
+)
 
 
 @dataclass
@@ -73,7 +91,7 @@ class Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         result = func(*args, **kwargs)
-        if not self._opaque_depth:
+        if not self._opaque_depth and func not in ALLOCATIONS:
             self.ops.append(_Op(func, tuple(args), dict(kwargs), result))
         return result
 
@@ -93,6 +111,24 @@ class Recorder(TorchDispatchMode):
             return result
 
         return launch
+
+    def opaque_kernel(self, kernel: Any) -> Any:
+        """``kernel`` (launched as ``kernel[grid](...)``) with each launch recorded as one
+        operation (:meth:`opaque` of ``kernel[grid]``)."""
+        recorder = self
+
+        class _Launches:
+            def __getitem__(self, grid: Any) -> Callable[..., Any]:
+                return recorder.opaque(kernel[grid])
+
+        return _Launches()
+
+    def wrapped(self, launcher: Any) -> Any:
+        """``launcher`` made opaque: a kernel launched by grid (one with ``__getitem__``, a
+        Triton kernel) by :meth:`opaque_kernel`, anything else by :meth:`opaque`."""
+        if hasattr(type(launcher), "__getitem__"):
+            return self.opaque_kernel(launcher)
+        return self.opaque(launcher)
 
 
 @dataclass
@@ -121,15 +157,16 @@ def capture(
     """Run ``fn(*args, **kwargs)`` once under a :class:`Recorder` and return its :class:`Graph`.
 
     ``opaque``: ``(object, attribute name)`` pairs, each attribute (a kernel launcher of a
-    module, say) wrapped by :meth:`Recorder.opaque` for the capture and restored after it. The function's tensor arguments are the static buffers: a replay
-    reads whatever they hold then."""
+    module, or a Triton kernel launched by grid) wrapped by :meth:`Recorder.wrapped` for the
+    capture and restored after it. The function's tensor arguments are the static buffers: a
+    replay reads whatever they hold then."""
     recorder = Recorder()
     saved = []
     try:
         for owner, name in opaque:
             original = getattr(owner, name)
             saved.append((owner, name, original))
-            setattr(owner, name, recorder.opaque(original))
+            setattr(owner, name, recorder.wrapped(original))
         with recorder:
             output = fn(*args, **kwargs)
     finally:

@@ -83,3 +83,43 @@ def test_a_kernel_launch_is_one_operation_over_its_arguments():
     src.copy_(torch.tensor([5, 7]))
     graph.replay()
     assert dst.tolist() == [10, 14] and len(calls) == 2
+
+
+def test_an_allocation_without_values_is_no_operation_of_the_graph():
+    """``torch.empty`` made during capture keeps, at a replay, what the last replay left there
+    (a CUDA graph's pool); ``torch.zeros`` is a fill too, which replays."""
+    seq_lens = torch.tensor([3, 4])
+
+    def step() -> tuple[torch.Tensor, torch.Tensor]:
+        empty, zeros = torch.empty(2, dtype=torch.int64), torch.zeros(2, dtype=torch.int64)
+        empty[:1].copy_(seq_lens[:1])
+        zeros[:1].copy_(seq_lens[:1])
+        return empty, zeros
+
+    graph = capture(step)
+    empty, zeros = graph.output
+    empty[1], zeros[1] = 7, 7
+    seq_lens.copy_(torch.tensor([5, 6]))
+    graph.replay()
+    assert empty.tolist() == [5, 7] and zeros.tolist() == [5, 0]
+
+
+def test_a_kernel_launched_by_grid_is_one_operation():
+    """A kernel launched as ``kernel[grid](...)`` (a Triton kernel) made opaque is recorded once
+    a launch, and a replay launches it again with the same grid and arguments."""
+    grids = []
+
+    class Kernel:
+        def __getitem__(self, grid):
+            def launch(dst: torch.Tensor) -> None:
+                grids.append(grid)
+                dst.numpy()[:] += 1  # through the host pointer
+
+            return launch
+
+    kernels = types.SimpleNamespace(kernel=Kernel())
+    dst = torch.zeros(2, dtype=torch.int64)
+    graph = capture(lambda: kernels.kernel[(1,)](dst), opaque=((kernels, "kernel"),))
+    assert len(graph) == 1 and isinstance(kernels.kernel, Kernel)
+    graph.replay()
+    assert dst.tolist() == [2, 2] and grids == [(1,), (1,)]
