@@ -25,7 +25,12 @@ the reports SGLang's runtime makes it counts which of its checks fired in which 
 cell that never fires cannot).
 
 One place is left out of the comparison, counted: SGLang's reports of the divergence [20] of
-``docs/UPSTREAM.md`` (the draft model's draft extend), on both sides.
+``docs/UPSTREAM.md`` (the draft model's draft extend), on both sides. And one divergence
+changes what the reference is given, counted: a replayed graph's captured ``PlanInput`` takes
+no expected-token valid lengths ([21]), so the reference plans a replayed step with those
+lengths 0, as the graph does (the verify entries whose token goes unchecked are counted), and
+a fault settled by replays is judged without the ``TOKEN`` bit its class predicts
+(``graphs.graph_dues``); both are expected on the releases [21]'s script reproduces on.
 
 After every step SGLang's host side runs too: ``runner/violation_manager.py``
 (``ViolationManager``, which copies the write index to the host one step late) and
@@ -54,8 +59,24 @@ What stands in for the rest of SGLang, each in ``loading.manager_modules``:
   calls of ``torch.cuda`` that older releases make are ``torch.cpu``'s (``cpu_only``);
 - ``ForwardBatch``: ``ManagerBatchStandIn``, the fields of ``ForwardBatchStandIn`` and those
   the manager reads besides (``batch_size``, ``out_cache_loc``, ``req_all_ids_flat``); a
-  replayed graph's batch outside the graph holds its live rows only, inside it the padding
-  rows too;
+  replayed graph's batch outside the graph holds its live rows only;
+- SGLang's decode graph runner (``conformance.sglang.graphs``): a ``DECODE`` or ``IDLE`` step
+  that SGLang runs as a CUDA graph replay (``ForwardMode.is_cuda_graph``) replays here a graph
+  of the manager's inside-the-graph ops (``conformance.graph_capture``), captured once per
+  batch size on the batch the runner's ``capture_prepare`` builds (its static buffers, every
+  row padding, ``seq_lens`` the fill value, only the fields its ``ForwardBatch(...)`` call
+  passes, read from the release's source), after one warm-up run and with the phase
+  checker's and chain position asserts off, as at SGLang's startup, every kernel launch
+  recorded as one operation; each replay copies the live batch into the static buffers padded
+  as the runner's registry pads them (``fill_from``), then runs only what was recorded, the
+  model's KV store eager between the two graphs and ``pre_ops_outside_graph`` and
+  ``post_ops_outside_graph`` eager around them. The capture's launches (SGLang's warm-ups)
+  are counted apart from the run counters the reference is compared with;
+- the token oracle (``HashOracle``): ``EngineTokenOracle``, the engine model's tokens as one
+  table gathered by tensor work alone, as ``HashOracle`` computes, refreshed in place before
+  every forward, so that a replayed graph answers afresh;
+- the phase checker's kernel runs interpreted with the ``debug`` SGLang's decorator gives it,
+  so that its device assert raises as on a GPU (Triton's interpreter would only print it);
 - ``ReqToTokenPool``: its ``req_to_token``, the engine's page table; the prefix cache: the
   sweep leg's ``RadixCacheStandIn``; ``Req`` (for ``compute_req_all_ids_info``): each running
   request's tokens as ``origin_input_ids``.
@@ -97,6 +118,8 @@ TRIALS = 2
 SHARED_PREFIX_TRIALS = 4
 #: The divergence of ``docs/UPSTREAM.md`` whose reports the leg leaves out, counted.
 DRAFT_EXTEND_DIVERGENCE = 20
+#: The divergence of ``docs/UPSTREAM.md`` whose checks a replayed graph never makes, counted.
+GRAPH_TOKEN_DIVERGENCE = 21
 
 
 def _positive(text: str) -> int:
@@ -107,28 +130,44 @@ def _positive(text: str) -> int:
     return value
 
 
-def _correct_histories(histories: int) -> tuple[list[str], int]:
+def _correct_histories(histories: int) -> tuple[list[str], Counter]:
     """The first ``histories`` correct histories through SGLang's runtime, printed: the step
-    labels they never reached, and SGLang's reports of the divergence [20]."""
+    labels they never reached, and the counts of the divergences ([20]: SGLang's reports of
+    it; [21]: the verify entries a replayed graph left unchecked)."""
     step_counts: Counter = Counter()
-    divergent = plans = 0
+    counts: Counter = Counter()
     not_managed: Counter = Counter()
     for index in range(histories):
         side = run_history(index)
         step_counts.update(side.step_counts)
-        plans += side.plans_compared
-        divergent += side.divergent
         not_managed.update(side.not_managed)
+        counts.update(
+            plans=side.plans_compared, graphs=len(side.graphs),
+            replays=sum(c.replays for c in side.graphs.values()),
+            **{str(DRAFT_EXTEND_DIVERGENCE): side.divergent,
+               str(GRAPH_TOKEN_DIVERGENCE): side.token_unchecked},
+        )  # fmt: skip
     print(f"{histories} correct histories, equal after every step, silent:")
     for name, n in sorted(step_counts.items()):
         print(f"  {name}: {n}")
-    print(f"  plans of a group and expected inputs equal the reference's: {plans}")
+    print(f"  plans of a group and expected inputs equal the reference's: {counts['plans']}")
     print(
         f"  forwards SGLang never makes (run by the suite's launches): {sum(not_managed.values())}"
     )
     labels = (*REQUIRED, str(SWEEP_STEP), str(MOVE_STEP))
-    print(f"  SGLang's reports of the divergence [20] (draft extend, EAGLE offset): {divergent}")
-    return [label for label in labels if not step_counts[label]], divergent
+    print(
+        f"  SGLang's reports of the divergence [20] (draft extend, EAGLE offset): "
+        f"{counts[str(DRAFT_EXTEND_DIVERGENCE)]}"
+    )
+    print(
+        f"  DECODE graphs captured (a batch size each, per history): {counts['graphs']}, "
+        f"replayed by DECODE and IDLE steps: {counts['replays']}"
+    )
+    print(
+        f"  verify entries whose token a replayed graph's plan leaves unchecked, the divergence "
+        f"[21]: {counts[str(GRAPH_TOKEN_DIVERGENCE)]}"
+    )
+    return [label for label in labels if not step_counts[label]], counts
 
 
 def _fault_trials(trials: int) -> tuple[Counter, list[str]]:
@@ -138,6 +177,7 @@ def _fault_trials(trials: int) -> tuple[Counter, list[str]]:
     fired: Counter = Counter()
     outcomes: Counter = Counter()
     problems = []
+    token_dues = 0
     for fault_class in faults.FAULTS:
         for settle_mode in settle_modes:
             for t in range(trials):
@@ -145,6 +185,7 @@ def _fault_trials(trials: int) -> tuple[Counter, list[str]]:
                 outcome, lines, side = fault_trial(fault_class, index, settle_mode)
                 outcomes[(fault_class, outcome)] += 1
                 fired.update(side.fired)
+                token_dues += side.token_dues
                 problems += [f"{fault_class} {settle_mode} trial {t}: {line}" for line in lines]
     for index in range(trials * SHARED_PREFIX_TRIALS):  # a cached byte read by a sharing extend
         side = shared_prefix_trial(index)
@@ -156,28 +197,31 @@ def _fault_trials(trials: int) -> tuple[Counter, list[str]]:
             f"  {fault_class}: "
             + ", ".join(f"{o} {n}" for (k, o), n in sorted(outcomes.items()) if k == fault_class)
         )
+    print(f"  predicted reports whose TOKEN a replayed graph cannot make, [21]: {token_dues}")
     print("checks SGLang's runtime fired, reports per forward mode (fault trials):")
     for line in fired_table(fired):
         print("  " + line)
     return fired, problems
 
 
-def _upstream_problems(fired: Counter, divergent: int) -> list[str]:
+def _upstream_problems(fired: Counter, counts: Counter) -> list[str]:
     """The README's table of fired checks, on the release it was made on (a cell it says cannot
-    fire never does, and every other cell fires), and [20] as an expectation: present on the
-    releases its script reproduces on, so that a fix upstream shows as an unexpected pass, and
-    absent elsewhere."""
+    fire never does, and every other cell fires), and [20] and [21] as expectations: present on
+    the releases their scripts reproduce on, so that a fix upstream shows as an unexpected
+    pass, and absent elsewhere."""
     problems = []
     version = upstream.installed_version()
     release, cannot = readme_never_cells()
     if release == version:
         problems += table_problems(fired, cannot)
-    expected = upstream.reproduces_on(DRAFT_EXTEND_DIVERGENCE, version)
-    if expected is not None and (divergent > 0) != expected:
-        problems.append(
-            f"[20] {'expected but not seen' if expected else 'seen but not expected'} on "
-            f"sglang {version}: {divergent} reports"
-        )
+    for tag, what in ((DRAFT_EXTEND_DIVERGENCE, "reports"), (GRAPH_TOKEN_DIVERGENCE, "entries")):
+        expected = upstream.reproduces_on(tag, version)
+        seen = counts[str(tag)]
+        if expected is not None and (seen > 0) != expected:
+            problems.append(
+                f"[{tag}] {'expected but not seen' if expected else 'seen but not expected'} "
+                f"on sglang {version}: {seen} {what}"
+            )
     return problems
 
 
@@ -198,10 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"sglang {upstream.installed_version()}: SGLang's per-forward runtime against the reference"
     )
-    never, divergent = _correct_histories(options.histories)
+    never, counts = _correct_histories(options.histories)
     fired, problems = _fault_trials(options.trials)
     problems += [f"the correct histories never reached {m}" for m in never]
-    problems += _upstream_problems(fired, divergent)
+    problems += _upstream_problems(fired, counts)
     for line in problems:
         print(f"problem: {line}")
     return 1 if problems else 0

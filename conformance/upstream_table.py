@@ -274,6 +274,28 @@ DIVERGENCES: dict[int, Divergence] = {
         "repro_20_draft_extend_expects_the_position_itself.py",
         ("0.5.13", "0.5.23"),
     ),
+    21: Divergence(
+        "a decode that replays a CUDA graph never checks a verified slot's token: the capture "
+        "batch has no `req_all_ids_lens`, so every replay plans the expected-token valid "
+        "lengths 0",
+        "core",
+        "With the verify token assert on (`SGLANG_KV_CANARY_ENABLE_VERIFY_TOKEN_ASSERT`), a "
+        "slot whose record names a token other than the request's is reported "
+        "`VERIFY_TOKEN_MISMATCH` by an eager forward, and by no decode that replays a CUDA "
+        "graph (the default for decode batches up to the largest captured size). "
+        "`SingleForwardManager.pre_ops_maybe_inside_graph` fills its `PlanInput` inside the "
+        "graph; `PlanInput.fill_from_forward_batch` copies the valid lengths only `if "
+        "req_all_ids_lens is not None`, and the decode graph runner's capture batch "
+        "(`capture_prepare`'s `ForwardBatch(...)`) does not pass that field: the copy is "
+        "never captured, every replay plans valid lengths 0 and the plan gathers no expected "
+        "token (-1: not checked). Chain, position and real-KV checks are untouched, and so is "
+        "the write's input assert (`WRITE_TOKEN_MISMATCH`), whose oracle runs inside the "
+        "graph. The per-forward leg (`conformance/sglang_manager.py`) replays its graph "
+        "decodes as captured and counts the verify entries left unchecked; its fault trials "
+        "settled by replayed decodes meet every predicted report but the `TOKEN` bit.",
+        "repro_21_graph_replay_skips_token_check.py",
+        ("0.5.13", "0.5.23"),
+    ),
 }
 
 

@@ -13,6 +13,8 @@ One module a concern, each importing only those above it in this list:
 - ``compare``: SGLang's ``PlanInput``, expected inputs and sweep plan against the engine
   model's;
 - ``splice``: a PD transfer over SGLang's spliced buffer list;
+- ``graphs``: a forward SGLang runs as a CUDA graph replay, captured and replayed as its
+  decode graph runner does (over ``conformance.graph_capture``);
 - ``manager_run``: SGLang's per-forward runtime beside the reference, step by step;
 - ``trials``: faults made after a warm-up, by SGLang's perturbations or the engine model's
   fault classes, and the one judge of them all;

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import enum
 import functools
 import importlib
@@ -43,6 +44,7 @@ from conformance import upstream
 
 __all__ = [
     "KV_CANARY",
+    "DebugKernel",
     "cpu_only",
     "from_source",
     "import_all",
@@ -289,5 +291,35 @@ def manager_modules() -> types.SimpleNamespace:
     out.launcher.launch_canary_plan_kernels = adapter.launch_canary_plan_kernels
     out.scatter.launch_scatter_req_token_ids_kernel = adapter.launch_scatter_req_token_ids_kernel
     namespace = adapter.interpreted_namespace(out.phase)
-    out.phase._phase_check_kernel = namespace["_phase_check_kernel"]
+    kernel = out.phase._phase_check_kernel
+    out.phase._phase_check_kernel = DebugKernel(
+        namespace["_phase_check_kernel"], debug=bool(getattr(kernel, "debug", False))
+    )
     return out
+
+
+class DebugKernel:
+    """An interpreted Triton kernel launched (``kernel[grid](...)``) with the ``debug`` its
+    ``@triton.jit`` gave it: Triton's interpreter strips ``tl.device_assert`` unless its own
+    options say debug, whatever the decorator said, so SGLang's phase checker
+    (``@triton.jit(debug=True)``) would only print its failure; here, as on a GPU, it raises
+    (an ``AssertionError`` naming the phase mismatch)."""
+
+    def __init__(self, kernel, *, debug: bool):
+        self.kernel, self.debug = kernel, debug
+
+    def __getitem__(self, grid):
+        launch = self.kernel[grid]
+
+        def launched(*args, **kwargs):
+            from triton.runtime import interpreter
+
+            builder = interpreter.interpreter_builder
+            saved = builder.options
+            builder.options = dataclasses.replace(saved, debug=self.debug or saved.debug)
+            try:
+                return launch(*args, **kwargs)
+            finally:
+                builder.options = saved
+
+        return launched

@@ -1,6 +1,7 @@
 """SGLang's per-forward runtime over an engine's history, beside the reference: the
-``SingleForwardManager`` of each forward, the ``SweepOrchestrator`` at each sweep and the host
-side's ``ViolationManager`` and ``ViolationReporter`` (:class:`ManagerRun`), the batches it is
+``SingleForwardManager`` of each forward (eagerly, or by a replay of its captured CUDA graph
+where SGLang replays one: :mod:`conformance.sglang.graphs`), the ``SweepOrchestrator`` at each
+sweep and the host side's ``ViolationManager`` and ``ViolationReporter`` (:class:`ManagerRun`), the batches it is
 given (:func:`manager_batches`), the check that its reporter logged every row of its ring
 (:func:`logged_problems`), the reports of the divergence [20] that no side's comparison counts
 (:func:`draft_extend_reports`), and a correct history run through it (:func:`run_history`)."""
@@ -20,7 +21,7 @@ import reference
 from conformance import driver
 from conformance.driver import ReferenceSide
 from conformance.engine_support import BITS, KIND, SLOT, TAGS, ImplRun, OracleRun
-from conformance.sglang import histories, loading
+from conformance.sglang import graphs, histories, loading
 from conformance.sglang.standins import (
     EngineTokenOracle,
     ManagerBatchStandIn,
@@ -103,6 +104,10 @@ class ManagerRun(ImplRun):
     worlds of the engine (materialized as :class:`ImplRun` makes them, whose moves and KV
     flips it keeps)."""
 
+    #: whether a forward that replays a CUDA graph in SGLang replays one here (False: it runs
+    #: eagerly, SGLang's Python afresh on the live batch; for the self-tests)
+    replays_graphs = True
+
     def __init__(self, engine: Engine, reference_run: OracleRun, *, capture: bool = True):
         mods = loading.manager_modules()
         super().__init__(mods.adapter, torch.device("cpu"), engine, reference_run.states)
@@ -131,6 +136,10 @@ class ManagerRun(ImplRun):
         self.not_managed: Counter = Counter()  # forwards SGLang never makes, by mode
         self.d2h_stream = torch.cpu.Stream()  # SGLang's stream for host copies, on the CPU
         self.managers: dict = {}
+        self.graphs: dict = {}  # a captured DECODE graph per manager capacities (graphs.py)
+        self.token_unchecked = 0  # verify entries a replayed graph leaves unchecked ([21])
+        self.token_dues = 0  # fault dues whose TOKEN bit a replayed graph cannot report ([21])
+        self.oracle = EngineTokenOracle(engine)  # one token table, refreshed every forward
         # the host side: SGLang's ViolationManager drains the ring one step late and its
         # ViolationReporter logs each new row (mode LOG), caught here
         self.violations = mods.violations.ViolationManager(
@@ -190,13 +199,18 @@ class ManagerRun(ImplRun):
             for g in c.groups
         )  # fmt: skip
 
-    def manager(self, forward: Forward):
-        """The ``SingleForwardManager`` of ``forward``'s capacities (one per size, as SGLang
-        keeps one per captured batch size), made on first use."""
-        key = (
+    def key(self, forward: Forward) -> tuple[int, int, int, bool]:
+        """``forward``'s manager capacities: verify entries, rows, tokens, and whether it is the
+        draft model's."""
+        return (
             max(g.verify_capacity for g in forward.groups), forward.write_req_capacity,
             max(1, len(forward.write["positions"])), self.engine.config.offset == 1,
         )  # fmt: skip
+
+    def manager(self, forward: Forward):
+        """The ``SingleForwardManager`` of ``forward``'s capacities (one per size, as SGLang
+        keeps one per captured batch size), made on first use."""
+        key = self.key(forward)
         if key not in self.managers:
             self.managers[key] = self._new_manager(*key)
             self.managers[key].phase_checker.enable_assert()
@@ -205,9 +219,7 @@ class ManagerRun(ImplRun):
     def _new_manager(self, verify: int, reqs: int, entries: int, draft: bool):
         mods = self.mods
         c = self.engine.config
-        token_oracle = mods.token_oracle.oracle_manager.TokenOracleManager(
-            oracle=EngineTokenOracle(self.engine)
-        )
+        token_oracle = mods.token_oracle.oracle_manager.TokenOracleManager(oracle=self.oracle)
         return mods.manager.SingleForwardManager(
             config=self.config, device=self.device, device_state=self.device_state,
             buffer_groups=self.groups, endpoints=self.endpoints,
@@ -219,28 +231,60 @@ class ManagerRun(ImplRun):
             swa_divergence_report=None, is_eagle_draft_decode=draft,
         )  # fmt: skip
 
-    def forward(self, forward: Forward) -> bool:
-        """``forward`` through SGLang's runtime (False: a forward SGLang never makes, not run)."""
+    def forward(self, forward: Forward) -> Forward | None:
+        """``forward`` through SGLang's runtime: eagerly, or a DECODE or IDLE one by a replay of
+        its captured graph (:meth:`replay`); the forward as SGLang ran it, for the reference
+        (None: a forward SGLang never makes, not run)."""
         batches = manager_batches(forward, self.mods)
         if batches is None:
-            return False
+            return None
         outside, inside = batches
         self.table.copy_(torch.from_numpy(forward.plan["req_to_token"]))
         lut = forward.groups[-1].full_to_swa_index_mapping
         if lut is not None:
             self.lut.copy_(torch.from_numpy(lut))
+        self.oracle.refresh()
+        if forward.graph and self.replays_graphs:
+            return self.replay(forward, outside, inside)
         manager = self.manager(forward)
         with loading.cpu_only():
             manager.pre_ops_outside_graph(maybe_inaccurate_forward_batch=outside)
             made = manager.pre_ops_maybe_inside_graph(inside)
             self.pending += self.plan_problems(forward, manager, made)
-            for group in forward.groups:  # the forward stores its KV
-                self.store_kv(group)
-            if forward.tail_write:  # the model moved the positions it reads, in place
-                inside.positions.copy_(int64_tensor(forward.tail_write["positions"]))
+            self.model(forward, inside.positions)
             manager.post_ops_maybe_inside_graph(inside, made)
             manager.post_ops_outside_graph()
-        return True
+        return forward
+
+    def model(self, forward: Forward, positions: torch.Tensor) -> None:
+        """The forward's own work between the ``HEAD`` and ``TAIL`` launches: it stores its KV,
+        and moves the positions it reads in place (``positions``: the batch's)."""
+        for group in forward.groups:
+            self.store_kv(group)
+        if forward.tail_write:
+            positions.copy_(int64_tensor(forward.tail_write["positions"]))
+
+    def replay(self, forward: Forward, outside, inside) -> Forward:
+        """A forward that replays a CUDA graph: the graph of its manager captured on first use
+        (:func:`conformance.sglang.graphs.capture`), then replayed over the live batch; the
+        forward as the captured graph plans it (:func:`graphs.replayed_forward`)."""
+        key = self.key(forward)
+        if key not in self.graphs:
+            self.graphs[key] = graphs.capture(self, self._new_manager(*key), key[1], key[2])
+        captured = self.graphs[key]
+        replayed = graphs.replayed_forward(forward, captured)
+        pool = None if self.pool is None else self.pool.numpy().copy()
+
+        def model(made, positions: torch.Tensor) -> None:
+            manager = captured.manager
+            self.pending += self.plan_problems(replayed, manager, made, captured.input_assert)
+            self.token_unchecked += graphs.unchecked_tokens(
+                forward, replayed, manager._verify_capacity, pool
+            )
+            self.model(forward, positions)
+
+        graphs.replay(self, captured, forward, outside, inside, model)
+        return replayed
 
     def run(self, reference_run: OracleRun, step) -> None:
         """One step on SGLang's runtime and on the reference, then their states compared; a
@@ -257,17 +301,20 @@ class ManagerRun(ImplRun):
 
     def run_here(self, reference_run: OracleRun, step) -> None:
         since, mine_since = reference_run.index, self.index()
+        ran = step
         if isinstance(step, Move):
             driver.move(self, step)
         elif isinstance(step, Sweep):
             self.sweep_step(step)
-        elif not self.forward(step):
+        else:
+            ran = self.forward(step)
+        if ran is None:
             # a forward SGLang never makes (padding rows amid a batch outside a replayed
             # graph): the suite's own launches of it on SGLang's kernels, on both sides
             self.not_managed[step.mode] += 1
             driver.run_step(self, reference_run, step, what=lambda launch: launch, config="")
             return
-        ReferenceSide.forward_or_sweep(reference_run, step)
+        ReferenceSide.forward_or_sweep(reference_run, ran)
         self.compare(reference_run, since, mine_since, step)
         with loading.cpu_only():
             self.violations.step()
@@ -282,11 +329,14 @@ class ManagerRun(ImplRun):
         self.steps += 1
         self.sweeper.maybe_run_sweep()
 
-    def plan_problems(self, forward: Forward, manager, made) -> list[str]:
+    def plan_problems(
+        self, forward: Forward, manager, made, input_assert: bool | None = None
+    ) -> list[str]:
         """SGLang's plans of each group and its expected inputs against the reference's for
         ``forward``: the reference's plan at the same capacities over the same page table,
         SWA table and expected-token pool (their valid entries compared); the expected inputs,
-        where the input assert is on, against the engine model's (but for [20])."""
+        where the input assert is on (``input_assert``: as a captured graph decided it), against
+        the engine model's (but for [20])."""
         lines = []
         pool = None if self.pool is None else self.pool.numpy().copy()
         for i, group in enumerate(forward.groups):
@@ -308,15 +358,18 @@ class ManagerRun(ImplRun):
                     lines.append(
                         f"{group.group} {key[1]}: SGLang {g[:4].tolist()}, the reference {w[:4].tolist()}"
                     )
-        lines += self.expected_input_problems(forward, manager, made)
+        lines += self.expected_input_problems(forward, manager, made, input_assert)
         self.plans_compared += len(forward.groups)
         return lines
 
-    def expected_input_problems(self, forward: Forward, manager, made) -> list[str]:
+    def expected_input_problems(
+        self, forward: Forward, manager, made, on: bool | None = None
+    ) -> list[str]:
         """SGLang's expected inputs against the engine model's, where its input assert is on
-        (but for [20])."""
+        (``on``; None: as the manager decides for ``forward``), but for [20]."""
         write = forward.write
-        on = manager._should_enable_write_input_assert_for_launch(forward_batch(forward))
+        if on is None:
+            on = manager._should_enable_write_input_assert_for_launch(forward_batch(forward))
         n = len(write["positions"])
         if (
             not on
@@ -339,7 +392,8 @@ class ManagerRun(ImplRun):
     def compare(self, reference_run: OracleRun, since: int, mine_since: int, step) -> None:
         """SGLang's state against the reference's after ``step``: every endpoint's canary
         buffer, the reports each made during the step (as sets of rows: the order of a launch's
-        rows is not the contract's), the expected-token pool and each tag's run counters.
+        rows is not the contract's), the expected-token pool and each tag's run counters (less
+        what the graphs' captures counted: :meth:`warm_up`).
         SGLang's reports of the divergence [20] (:func:`draft_extend_reports`) are counted in
         ``divergent`` and left out."""
         what = f"step {self.engine.steps} ({self.engine.log[-1]})"
@@ -357,13 +411,19 @@ class ManagerRun(ImplRun):
         for key, state in reference_run.states.items():
             tag = int(TAGS[key])
             for name in ("slot_run_counter", "kernel_run_counter"):
-                got = int(getattr(self.device_state, name + "s")[tag])
+                got = int(getattr(self.device_state, name + "s")[tag]) - self.warm_up(name, tag)
                 want_n = int(getattr(state, name)[0])
                 if got != want_n:
                     lines.append(f"{TAGS[key].name} {name}: SGLang {got}, the reference {want_n}")
         lines += self.pending
         self.pending = []
         assert not lines, f"{what}: " + "; ".join(lines)
+
+    def warm_up(self, name: str, tag: int) -> int:
+        """The launches (``kernel_run_counter``) or slots (``slot_run_counter``) of tag ``tag``
+        that the graphs' captures counted: SGLang's warm-up runs before serving, which the
+        reference never makes."""
+        return sum(int(c.warm_up[name + "s"][tag]) for c in self.graphs.values())
 
     def report_problems(self, reference_run: OracleRun, since: int, mine_since: int, step):
         """SGLang's reports of ``step`` against the reference's, as sets of rows (but for

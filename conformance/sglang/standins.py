@@ -6,12 +6,15 @@ source that it provides every field SGLang's code reads.
 - :class:`ForwardBatchStandIn` (``model_executor.forward_batch_info.ForwardBatch``, as
   ``PlanInput`` and the token oracle manager read it; :func:`forward_batch` fills it from a
   forward) and :class:`SpecInfoStandIn` (EAGLE's verify and draft inputs);
-- :class:`ManagerBatchStandIn` (``ForwardBatch`` as the per-forward manager reads it);
+- :class:`ManagerBatchStandIn` (``ForwardBatch`` as the per-forward manager reads it; the
+  decode graph runner's capture batch is one too, ``conformance.sglang.graphs.capture_batch``,
+  held to the runner's call by ``tests/suite/test_sglang_graphs.py``);
 - :class:`RadixCacheStandIn` (``mem_cache.unified_radix_cache.UnifiedRadixCache``, as the
   sweep and ``real_kv_unused_cache`` read it: :func:`swept_cache`, :func:`unlocked_cache`);
 - :class:`PerturbBatchStandIn` (``ForwardBatch`` as the perturbations read it:
   :func:`decode_batch`);
-- :class:`EngineTokenOracle` (``token_oracle.oracle.HashOracle``).
+- :class:`EngineTokenOracle` (``token_oracle.oracle.HashOracle``: tensor work alone, as it is,
+  so that a replayed graph answers afresh; ``test_sglang_graphs.py``).
 """
 
 from __future__ import annotations
@@ -88,7 +91,7 @@ class ForwardBatchStandIn:
     seq_lens: torch.Tensor
     extend_prefix_lens: torch.Tensor | None
     extend_seq_lens: torch.Tensor | None
-    req_all_ids_lens: torch.Tensor
+    req_all_ids_lens: torch.Tensor | None
     spec_info: SpecInfoStandIn | None
     input_ids: torch.Tensor
     rids_int: torch.Tensor
@@ -243,15 +246,37 @@ class EngineTokenOracle:
     """Stands for SGLang's token oracle (``token_oracle/oracle.py``: ``HashOracle``, whose
     tokens SGLang's oracle sampler makes the sampled ones): the engine model's own, each
     request's true token at a position (``expected_tokens``, keyed by the request's pool row,
-    which the batch stand-in gives as its id; 0 for a padding row)."""
+    which the batch stand-in gives as its id; 0 for a padding row, a row no request runs on or
+    a position past what the request knows).
+
+    As ``HashOracle``, it answers with tensor work alone (no host read, no Python decision on
+    a value), so a CUDA graph that captured a call of it answers afresh at every replay: its
+    tokens are one table, ``[pool rows, width]`` (:attr:`table`, one object for the oracle's
+    life), which :meth:`refresh` rewrites in place from the engine's running requests before
+    each forward (``HashOracle``'s tokens are a fixed function of the request and position;
+    the table is that function for the requests on each row now), and ``expected_tokens``
+    gathers from it by the ids and positions it is given. A position or row outside the table
+    answers 0, by a mask, not a branch."""
 
     def __init__(self, engine: Engine):
         self.engine = engine
+        c = engine.config
+        # a request knows at most its context and the EAGLE offset's tokens past it
+        self.width = c.context_len + c.offset + 1
+        self.table = torch.zeros((engine.req_to_token.shape[0], self.width), dtype=torch.int64)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """The table rewritten in place from the engine's running requests (each request's
+        known tokens on its row, zeros elsewhere)."""
+        self.table.zero_()
+        for req in self.engine.running.values():
+            truth = req.truth[: self.width]
+            self.table[req.row, : len(truth)] = torch.tensor(truth, dtype=torch.int64)
 
     def expected_tokens(self, *, generalized_req_ids: torch.Tensor, positions: torch.Tensor):
-        by_row = {r.row: r for r in self.engine.running.values()}
-        out = [
-            int(by_row[row].truth[pos]) if row in by_row and pos < len(by_row[row].truth) else 0
-            for row, pos in zip(generalized_req_ids.tolist(), positions.tolist(), strict=True)
-        ]
-        return torch.tensor(out, dtype=torch.int32)
+        rows = generalized_req_ids.to(torch.int64)
+        cols = positions.to(torch.int64)
+        inside = (rows >= 0) & (rows < self.table.shape[0]) & (cols >= 0) & (cols < self.width)
+        token = self.table[rows.clamp(0, self.table.shape[0] - 1), cols.clamp(0, self.width - 1)]
+        return torch.where(inside, token, torch.zeros_like(token)).to(torch.int32)

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from conformance.engine_support import OracleRun, inject_and_settle, warm_up
-from conformance.sglang import loading
+from conformance.sglang import graphs, loading
 from conformance.sglang.histories import SEEDS, engine_config, hash_mode
 from conformance.sglang.manager_run import ManagerRun, logged_problems
 from conformance.sglang.standins import (
@@ -33,7 +33,7 @@ from conformance.sglang.standins import (
     unlocked_cache,
 )
 from engine_model import KV_BYTES, Engine, EngineConfig, faults
-from engine_model.vocabulary import DECODE, DRAFT_SETTLE_MODES, FULL, SWA
+from engine_model.vocabulary import DECODE, DRAFT_SETTLE_MODES, FULL, SWA, settle_step
 from reference import RealKvHashMode
 
 __all__ = [
@@ -111,16 +111,23 @@ def judge(
     no_room: str = NO_ROOM,
 ) -> tuple[str, list[str]]:
     """A fault of ``fault_class`` (``made`` by SGLang's code already, or made here at ``pick``
-    and ``byte``) settled with decodes in ``settle_mode`` and judged as its class predicts;
-    through SGLang's runtime, its reporter must have logged every report. ``(outcome,
+    and ``byte``) settled with decodes in ``settle_mode`` and judged as its class predicts
+    (through SGLang's replayed graphs, without the ``TOKEN`` bit a replay cannot report, [21]:
+    :func:`conformance.sglang.graphs.graph_dues`); through SGLang's runtime, its reporter must
+    have logged every report. ``(outcome,
     problems)``: ``reported``, ``quiet`` (no report) or ``no_room``."""
     if made is not None:
         trial.engine.log.append(f"FAULT {made.what}")
     flip = None if trial.side is None else trial.side.flip
-    judged = inject_and_settle(
-        trial.engine, trial.reference_run, fault_class, pick, byte, trial.run, flip=flip,
-        mode=settle_mode, made=made,
-    )  # fmt: skip
+    replays = trial.side is not None and settle_step(settle_mode).graph
+    counted = [0]
+    with graphs.graph_dues(faults.FAULTS[fault_class], replays, counted):
+        judged = inject_and_settle(
+            trial.engine, trial.reference_run, fault_class, pick, byte, trial.run, flip=flip,
+            mode=settle_mode, made=made,
+        )  # fmt: skip
+    if trial.side is not None:
+        trial.side.token_dues += counted[0]
     if judged is None:
         return no_room, []
     _, problems, first = judged
