@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
@@ -9,6 +10,7 @@ import torch
 
 import reference
 import strategies as st_kv
+from conformance.assertions import launch_tag_name
 
 
 def materialize_all(layouts: Sequence, device, *, shared: bool = False, backings=None):
@@ -58,8 +60,6 @@ def describe_layouts(layouts: Sequence) -> str:
 
 def describe_world(world) -> str:
     """A ``CanaryWorld`` for failure messages: modes and launch tags by name, one source a line."""
-    from .assertions import launch_tag_name
-
     head = (
         f"world: mode {mode_name(world.mode)}, kernel_kind {launch_tag_name(world.kernel_kind)}, "
         f"{world.num_slots} slots of {world.slot_stride_bytes} B,\n"
@@ -86,8 +86,6 @@ def import_impl_lines(impl_name: str, device) -> list[str]:
 def source_case_repro(impl_name: str, device, case) -> str:
     """A snippet that builds an invalid-source case, catches what RealKvSource raises and
     asserts it is the reference validator's verdict (kept in ``case.expected``)."""
-    import dataclasses
-
     error, message = case.expected
     lines = [
         *import_impl_lines(impl_name, device),

@@ -5,6 +5,8 @@ alone. ``plan.json`` stores what the reference makes of them."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from strategies.batches import EngineBatch, RowSpec, ScatterBatch
 
 __all__ = ["engine_scale", "plan_scenarios", "scatter_scenarios"]
@@ -39,9 +41,7 @@ def engine_scale(rows: int = 4096, long_prefix: int = 8200, seed: int = 4096) ->
 
 def _sized(batch: EngineBatch) -> EngineBatch:
     """``batch`` with a verify capacity of exactly what it needs."""
-    from dataclasses import replace
-
-    return replace(batch, verify_capacity=batch.total_verify())
+    return dataclasses.replace(batch, verify_capacity=batch.total_verify())
 
 
 def plan_scenarios() -> list[dict]:
