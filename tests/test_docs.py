@@ -56,3 +56,12 @@ def test_a_missing_path_is_seen():
     paths = named_paths(text)
     assert paths == {"canary/kernels.py", "canary/nowhere.py", "tests/suite/"}
     assert [p for p in sorted(paths) if not (ROOT / p).exists()] == ["canary/nowhere.py"]
+
+
+def test_the_performance_record_holds_one_days_figures_in_at_most_300_lines():
+    """docs/PERFORMANCE.md keeps the figures of the day it was measured, not a notebook of
+    earlier runs: at most 300 lines, and one measurement date."""
+    text = (ROOT / "docs" / "PERFORMANCE.md").read_text()
+    assert len(text.splitlines()) <= 300, f"docs/PERFORMANCE.md has {len(text.splitlines())} lines"
+    dates = set(re.findall(r"\b20\d\d-\d\d-\d\d\b", text))
+    assert len(dates) == 1, f"docs/PERFORMANCE.md names the dates {sorted(dates)}, not one day"
