@@ -18,11 +18,13 @@ import textwrap
 import hypothesis.errors
 import pytest
 
+from tests import forked
+
 if sys.version_info < (3, 11):  # the builtin arrived in 3.11
     from exceptiongroup import ExceptionGroup
 
 from conformance.plugin import CORE_NAMES
-from strength import gate, gate_record
+from strength import gate, gate_record, known_bad
 
 KNOWN_BAD = gate.REPO_ROOT / "strength" / "known_bad"
 
@@ -348,7 +350,7 @@ def test_the_tour_calls_every_entry_point(tmp_path):
     that crashes in any of them fails its run as a crash."""
     (tmp_path / "traced_canary.py").write_text(TRACED)
     calls = tmp_path / "calls.txt"
-    done = subprocess.run(
+    done = forked.run(
         [sys.executable, "-m", "pytest", *(f"conformance/{t}" for t in gate.TOUR), "-q"]
         + ["-p", "no:cacheprovider", "--canary-impl", str(tmp_path / "traced_canary.py")],
         cwd=gate.REPO_ROOT,
@@ -373,7 +375,8 @@ def test_the_tour_calls_every_entry_point(tmp_path):
 def test_a_mutant_runs_the_tour_and_its_listed_tests():
     """A mutant runs the tour (tests that call every entry point) and the tests its entry
     lists (each with every parametrization, a pattern matching several tests naming each),
-    quickest module first; a correct module, or --whole-suite, runs every module."""
+    quickest module first; canary and canary_torch, or --whole-suite, run every module, and a
+    correct variant the tour and its listed tests."""
     target = gate.Target(
         "strength.known_bad.x",
         "chain",
@@ -396,6 +399,9 @@ def test_a_mutant_runs_the_tour_and_its_listed_tests():
     whole = gate.suite_paths()
     assert gate.target_selection(target, whole_suite=True) == whole
     assert gate.target_selection(gate.Target("canary", gate.CORRECT_AREA, "passes")) == whole
+    variant = gate.Target("v", gate.CORRECT_AREA, "passes", runs_in=target.dies_in)
+    assert gate.target_selection(variant) == selection
+    assert gate.target_selection(variant, whole_suite=True) == whole
     vectors_out = gate.target_selection(target, properties_only=True)
     assert not any(part.removeprefix("conformance/") in gate.VECTOR_MODULES for part in vectors_out)
     command = gate.pytest_command("strength.known_bad.x", selection=selection)
@@ -554,7 +560,7 @@ def test_recorder_writes_each_failing_test_with_its_kind(tmp_path):
     """A real pytest run with the recorder: every failing test, each with the right kind."""
     (tmp_path / "test_recorded.py").write_text(RECORDED_TESTS)
     out = tmp_path / "record.json"
-    completed = subprocess.run(
+    completed = forked.run(
         [sys.executable, "-m", "pytest", "test_recorded.py", "-q", "-p", "no:cacheprovider",
          "-p", "conformance.plugin", "-p", "strength.gate_record", "--gate-record", str(out),
          "--canary-device", "cpu"],
@@ -578,7 +584,7 @@ def test_the_recorder_stops_at_the_first_failed_property_of_a_listed_test(tmp_pa
     listed test; what failed before it is recorded, nothing after it runs."""
     (tmp_path / "test_recorded.py").write_text(RECORDED_TESTS)
     out = tmp_path / "record.json"
-    completed = subprocess.run(
+    completed = forked.run(
         [sys.executable, "-m", "pytest", "test_recorded.py", "-q", "-p", "no:cacheprovider",
          "-p", "conformance.plugin", "-p", "strength.gate_record", "--gate-record", str(out),
          "--canary-device", "cpu", "--gate-stop-at-kill", "test_recorded.py::test_f*",
@@ -761,3 +767,20 @@ def test_patch_function_rewrites_in_the_original_globals(tmp_path, monkeypatch):
         assert probe.times(2) == 21
     finally:
         sys.modules.pop("gate_probe_module", None)
+
+
+def test_each_correct_variant_runs_where_its_difference_shows():
+    """``CORRECT_RUNS_IN`` names correct variants of the catalogue (never canary or
+    canary_torch, which always run the whole suite), each pattern naming suite tests; the gate
+    runs a variant on them and the tour, and on the whole suite with ``--whole-suite``."""
+    _, correct = gate.load_targets()
+    assert set(known_bad.CORRECT_RUNS_IN) <= set(known_bad.CORRECT) - {"canary", "canary_torch"}
+    tests = [
+        f"{path}::{name}"
+        for path in gate.suite_paths()
+        for name in gate.suite_tests(path.removeprefix("conformance/"))
+    ]
+    for target in correct:
+        assert target.runs_in == known_bad.CORRECT_RUNS_IN.get(target.module, ())
+        for pattern in target.runs_in:
+            assert any(gate.listed(test, (pattern,)) for test in tests), pattern

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests import forked
+
 ROOT = Path(__file__).resolve().parents[2]
 
 #: canary_torch whose fingerprint raises: one cause behind every failure that calls it
@@ -33,7 +35,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 def suite(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     """``python -m conformance ARGS`` from ``cwd`` on the CPU."""
-    return subprocess.run(
+    return forked.run(
         [sys.executable, "-m", "conformance", "--canary-device", "cpu", "-p", "no:cacheprovider",
          *args],
         cwd=cwd, env=env or clean_env(), capture_output=True, text=True, timeout=300,

@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 
 from conformance import cli
+from tests import forked
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(args, cwd, env=None) -> subprocess.CompletedProcess:
     env = {**os.environ, "CANARY_DEVICE": "cpu", "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run(
+    return forked.run(
         [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
     )
 
@@ -175,7 +176,7 @@ def test_help_into_a_closed_pipe_is_quiet(tmp_path):
     read, write = os.pipe()
     os.close(read)  # every write to the pipe now fails with EPIPE
     try:
-        done = subprocess.run(
+        done = forked.run(
             [sys.executable, "-m", "conformance", "-h"],
             cwd=tmp_path,
             env={**os.environ, "PYTHONPATH": str(ROOT)},

@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from tests import forked
+
 from .runs import ROOT, clean_env, suite
 
 SCRIPT = ROOT / "scripts" / "conformance.sh"
@@ -38,7 +40,7 @@ def errors(done: subprocess.CompletedProcess) -> list[str]:
 def test_a_misused_option_is_one_line_naming_the_command(tmp_path, args, words, prog, env):
     """pytest's parser says ``usage: ...`` on a line of its own and names the program as
     Python runs it: the command says it in one line, under the name it was run by."""
-    done = subprocess.run(
+    done = forked.run(
         [sys.executable, "-m", "conformance", *args], cwd=tmp_path, env=clean_env(**env),
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip

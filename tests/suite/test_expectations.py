@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import textwrap
 import types
@@ -18,6 +17,7 @@ from hypothesis.errors import InvalidArgument
 
 import strategies as st_kv
 from conformance.expectations import ExpectationsError, load, parse
+from tests import forked
 
 SAMPLE = """
 def test_fails():
@@ -42,7 +42,7 @@ def run_suite(tmp_path, expectations: str | None, *args: str, sample: str = SAMP
     if expectations is not None:
         (tmp_path / "expect.txt").write_text(textwrap.dedent(expectations))
         command += ["--canary-expect", "expect.txt"]
-    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    done = forked.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     return done.returncode, done.stdout + done.stderr
 
 
@@ -218,9 +218,7 @@ def test_an_expected_failure_is_xfailed_in_the_table_and_the_json(tmp_path):
     command += ["--canary-impl", "strength.known_bad.hash_big_endian_words"]
     command += ["--canary-expect", str(expect), "--canary-report", str(report)]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    done = subprocess.run(
-        command, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env
-    )
+    done = forked.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert re.search(r"^test_spec_fingerprint_vectors +xfailed +5 ", done.stdout, re.M), done.stdout
     assert "2 passed, 1 xfailed properties" in done.stdout
@@ -302,7 +300,7 @@ def test_the_announcement_of_an_expected_failure_that_passes_gives_the_entry(tmp
     (tmp_path / "expect.txt").write_text(
         "conformance/test_spec_vectors.py::test_enums_are_the_contracts[*  # [1] passes now\n"
     )
-    done = subprocess.run(
+    done = forked.run(
         [sys.executable, "-m", "conformance", "conformance.test_spec_vectors", "--canary-impl",
          "canary", "--canary-device", "cpu", "--canary-expect", "expect.txt", "-p",
          "no:cacheprovider"],

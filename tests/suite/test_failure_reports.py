@@ -30,6 +30,7 @@ from conformance.assertions import (
     ring_row_differences,
 )
 from reference import CanaryLaunchTag, FailReason, RealKvHashMode
+from tests import forked
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = "from canary import RealKvSource, RealKvHashMode, CanaryLaunchTag, fingerprint\n"
@@ -50,7 +51,7 @@ def run_suite(*args: str, quiet: bool = True, env=None) -> subprocess.CompletedP
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args]
     if quiet:
         command.append("-q")
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    return forked.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
 
 
 # --- --canary-impl: a dotted name, a .py file, a package directory ------------------------
@@ -401,7 +402,7 @@ def usage_error(*args: str, env=None, cwd=ROOT) -> str:
     """Run the quick module with ``args``; assert a usage error before any test; its stderr."""
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "conformance.plugin"]
     command += ["--pyargs", "conformance.test_spec_vectors", *args]
-    done = subprocess.run(
+    done = forked.run(
         command,
         cwd=cwd,
         capture_output=True,
@@ -536,7 +537,7 @@ def announced_rerun(out: str) -> list[str]:
 def test_outside_the_checkout_ids_and_rerun_lines_are_the_suites(tmp_path):
     """From another folder the failures keep their module in their ids, and the printed rerun
     line, run as printed in that folder, runs that one test."""
-    done = subprocess.run(
+    done = forked.run(
         [sys.executable, "-m", "conformance", "conformance.test_spec_vectors"]
         + ["--canary-impl", "strength.known_bad.hash_big_endian_words", "-p", "no:cacheprovider"],
         cwd=tmp_path,
@@ -551,7 +552,7 @@ def test_outside_the_checkout_ids_and_rerun_lines_are_the_suites(tmp_path):
     )
     assert "FAILED conformance/test_spec_vectors.py::test_spec_fingerprint_vectors[" in done.stdout
     assert "FAILED ::" not in done.stdout
-    rerun = subprocess.run(
+    rerun = forked.run(
         [*announced_rerun(done.stdout), "-p", "no:cacheprovider"],
         cwd=tmp_path,
         capture_output=True,

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conformance import levels
+from tests import forked
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "conformance"
@@ -21,7 +22,7 @@ SUITE = ROOT / "conformance"
 
 def pytest_run(*args: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess:
     """``pytest ARGS`` in a fresh process on CPU tensors, with ``env`` set."""
-    return subprocess.run(
+    return forked.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
         cwd=cwd,
         capture_output=True,

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from conformance import cli, plugin, report
+from tests import forked
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMAND = Path(sys.executable).parent / "kv-canary-conformance"
@@ -50,7 +51,7 @@ def fingerprint(*args, **kwargs):
 def suite(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     """The suite's command run from ``cwd`` on the CPU (no variable of this shell leaks in)."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("CANARY_", "HYPOTHESIS_"))}
-    return subprocess.run(
+    return forked.run(
         [sys.executable, "-m", "conformance", "--canary-device", "cpu", "-p", "no:cacheprovider",
          *args],
         cwd=cwd, env={**clean, "PYTHONPATH": str(ROOT), **(env or {})},

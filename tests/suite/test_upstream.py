@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conformance import expectations, upstream, upstream_table
+from tests import forked
 from tests.tools.test_gpu_types import tox_envs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,7 +146,7 @@ def test_core_level_leaves_sglang_only_its_real_divergences():
     full-level entry ([5]) and every real-divergence entry still names a collected test."""
     newest = upstream.RELEASES[-1]
     path = upstream.EXPECTATIONS / f"{newest.expectations}.txt"
-    done = subprocess.run(
+    done = forked.run(
         [sys.executable, "-m", "pytest", "conformance", "--collect-only", "-q"]
         + ["-p", "no:cacheprovider", "--canary-level", "core"]
         + ["--canary-impl", "conformance.adapters.sglang", "--canary-device", "cpu"],

@@ -19,6 +19,7 @@ import torch
 
 import canary
 import reference
+from tests import forked
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -139,7 +140,7 @@ def _pytest_benchmarks(tmp_path, *args: str) -> subprocess.CompletedProcess:
         str(ROOT / "benchmarks" / "test_cpu_fingerprint.py"),
         *args,
     ]
-    return subprocess.run(
+    return forked.run(
         command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
     )
 
