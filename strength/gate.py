@@ -5,9 +5,10 @@ and pass every correct one.
 
 For each entry of ``strength.known_bad.CATALOGUE`` (expected: killed) and each module of
 ``strength.known_bad.CORRECT`` (expected: passes) it runs the suite in a subprocess of its own (a
-known-bad module patches canary for its whole process): the whole suite on a correct
-implementation; on a mutant the tour (``TOUR``: a few tests that call every entry point) and
-the tests its entry lists (``--whole-suite``: every module on every mutant)::
+known-bad module patches canary for its whole process): the whole suite on canary and
+canary_torch; on a mutant the tour (``TOUR``: a few tests that call every entry point) and the
+tests its entry lists, and on a correct variant the tour and the tests where its difference
+can show (``known_bad.CORRECT_RUNS_IN``); ``--whole-suite``: every module on every module::
 
     python -m pytest conformance -q -p no:cacheprovider --hypothesis-profile mutation \
         -p strength.gate_record --gate-record RECORD.json --canary-impl MODULE
@@ -82,6 +83,7 @@ class Target:
     expected: str
     bug: str = ""
     dies_in: tuple[str, ...] = ()  # patterns of the tests that must kill it (see listed())
+    runs_in: tuple[str, ...] = ()  # a correct variant's tests outside --whole-suite (ditto)
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,10 @@ def load_targets() -> tuple[list[Target], list[Target]]:
     mutants = [
         Target(e.module, e.area, e.expected, e.bug, tuple(e.dies_in)) for e in known_bad.CATALOGUE
     ]
-    correct = [Target(m, CORRECT_AREA, PASSES) for m in known_bad.CORRECT]
+    correct = [
+        Target(m, CORRECT_AREA, PASSES, runs_in=known_bad.CORRECT_RUNS_IN.get(m, ()))
+        for m in known_bad.CORRECT
+    ]
     return mutants, correct
 
 
@@ -182,18 +187,20 @@ def target_selection(
 ) -> list[str]:
     """What pytest runs for ``target``: suite modules or single tests, quickest module first.
 
-    A correct implementation runs the whole suite. A mutant runs the :data:`TOUR` and the tests
-    its entry lists (every parametrization of each); ``whole_suite`` runs every module for
-    every target.
+    A correct implementation runs the whole suite, but for a ``correct_*`` variant, which runs
+    the :data:`TOUR` and the tests ``known_bad.CORRECT_RUNS_IN`` lists for it. A mutant runs
+    the tour and the tests its entry lists (every parametrization of each). ``whole_suite``
+    runs every module for every target.
     """
-    if whole_suite or target.expected == PASSES or not target.dies_in:
+    listing = target.runs_in if target.expected == PASSES else target.dies_in
+    if whole_suite or not listing:
         return suite_paths(properties_only=properties_only)
     selection = []
     for path in suite_paths(properties_only=properties_only):
         module = path.removeprefix("conformance/")
         for name in suite_tests(module):
             test = f"{module}::{name}"
-            if test in TOUR or listed(f"{path}::{name}", target.dies_in):
+            if test in TOUR or listed(f"{path}::{name}", listing):
                 selection.append(f"{path}::{name}")
             else:  # a tour stop may be one case of a test (``test[case]``)
                 selection += [f"conformance/{stop}" for stop in TOUR if stop.startswith(test + "[")]
@@ -396,8 +403,9 @@ Runner = Callable[[Target], Result]
 def run_all(targets: Sequence[Target], runner: Runner, *, jobs: int, progress=None) -> list[Result]:
     """``runner`` on every target, ``jobs`` at a time; results in the order of ``targets``.
 
-    The correct implementations start first: each runs the whole suite, the longest runs of
-    all, and started last they would leave the other jobs' cores idle at the end.
+    The correct implementations start first: canary's and canary_torch's are the whole suite,
+    the longest runs of all, and started last they would leave the other jobs' cores idle at
+    the end.
     """
     results: dict[int, Result] = {}
     order = sorted(range(len(targets)), key=lambda i: targets[i].expected != PASSES)
@@ -504,7 +512,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--whole-suite",
         action="store_true",
-        help="run the whole suite on every mutant, not only the tour and its listed tests",
+        help="run the whole suite on every mutant and correct variant, not only the tour and "
+        "its listed tests",
     )
     parser.add_argument(
         "--stop-at-kill",
