@@ -1,24 +1,27 @@
-"""``python -m pytest ...`` and ``python -m conformance ...`` for the self-tests, without paying
-Python's start-up for every run.
+"""``python -m pytest ...``, ``python -m conformance ...`` and ``python script.py ...`` for the
+self-tests, without paying Python's start-up for every run.
 
 Some hundred self-tests run the suite's command as a user would and read its output. Most of
 each such run is starting Python and importing torch and numpy (about 2 s of a 3.5 s run).
 :func:`run` takes the arguments of ``subprocess.run`` and, for a command
-``[sys.executable, "-m", "pytest" | "conformance", ...]``, runs it in a fork of one server
-process per test process that has those libraries imported (this file, run as a script, is the
-server); any other command, or one given other keywords, runs as ``subprocess.run`` runs it.
+``[sys.executable, "-m", "pytest" | "conformance", ...]`` or ``[sys.executable, "x.py", ...]``
+(a call site opts in by calling :func:`run`), runs it in a fork of one server process per test
+process that has those libraries imported (this file, run as a script, is the server); any
+other command, or one given other keywords, runs as ``subprocess.run`` runs it.
 
 A forked run is what the command would be in a fresh Python, as far as the suite can tell: its
 own working directory, exactly the environment it was given (``env``, else this process'), a
-``sys.path`` of that folder, the ``PYTHONPATH`` of that environment and the interpreter's own
-folders, ``sys.argv`` as ``-m`` sets it, its output in two files read back as ``stdout`` and
-``stderr``, its exit status as Python's (``SystemExit``'s code, 1 after an uncaught
-exception), its ``atexit`` functions run, and ``TimeoutExpired`` when ``timeout`` passes (its
-process group killed). The server imports no module of the project, so every run imports the
-project afresh from disk. What a fork cannot be: a Python without torch or with other
-interpreter flags. An environment that sets a ``PYTHON*`` variable other than those of
-:data:`STARTUP_VARIABLES` (read by the interpreter at start-up) runs as a fresh process, and so does every run when
-``KV_CANARY_TESTS_FRESH`` is set (``tests/test_forked.py`` runs commands both ways and compares).
+``sys.path`` of that folder (a script's: the script's folder), the ``PYTHONPATH`` of that
+environment and the interpreter's own folders, ``sys.argv`` as Python sets it, its output in
+two files read back as ``stdout`` and ``stderr``, its exit status as Python's
+(``SystemExit``'s code, 1 after an uncaught exception), its ``atexit`` functions run, and
+``TimeoutExpired`` when ``timeout`` passes (its process group killed). The server imports no
+module of the project, so every run imports the project afresh from disk. What a fork cannot
+be: a Python without torch, one where torch is not yet imported (a probe of ``sys.modules``
+stays a fresh process), or one with interpreter flags. An environment that sets a ``PYTHON*``
+variable other than those of :data:`STARTUP_VARIABLES` (read by the interpreter at start-up)
+runs as a fresh process, and so does every run when ``KV_CANARY_TESTS_FRESH`` is set
+(``tests/test_forked.py`` runs commands both ways and compares).
 """
 
 from __future__ import annotations
@@ -80,7 +83,8 @@ def _exit_status(code: object) -> int:
 
 
 def _child(request: dict, base_path: list[str]) -> None:
-    """In the forked child: ``python -m MODULE ARGS`` as the request says, then exit."""
+    """In the forked child: ``python -m MODULE ARGS`` or ``python SCRIPT ARGS`` as the request
+    says, then exit."""
     import runpy
     import traceback
 
@@ -92,7 +96,9 @@ def _child(request: dict, base_path: list[str]) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
-    sys.path[:] = [os.getcwd(), *(os.path.abspath(p) for p in extra), *base_path]
+    script = request.get("script")
+    first = os.path.dirname(os.path.realpath(script)) if script else os.getcwd()
+    sys.path[:] = [first, *(os.path.abspath(p) for p in extra), *base_path]
     for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
         out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(out, fd)
@@ -101,10 +107,13 @@ def _child(request: dict, base_path: list[str]) -> None:
     unbuffered = bool(request["env"].get("PYTHONUNBUFFERED"))
     sys.stdout = open(1, "w", encoding="utf-8", buffering=1 if unbuffered else -1, closefd=False)  # noqa: SIM115
     sys.stderr = open(2, "w", encoding="utf-8", buffering=1, closefd=False)  # noqa: SIM115
-    sys.argv = [request["module"], *request["args"]]
+    sys.argv = [script or request["module"], *request["args"]]
     status = 0
     try:
-        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        if script:
+            runpy.run_path(script, run_name="__main__")
+        else:
+            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
     except SystemExit as stop:
         status = _exit_status(stop.code)
     except BaseException:  # noqa: BLE001 - as Python's own top level reports it
@@ -217,17 +226,25 @@ def _socket_path() -> str:
         return _server["path"]
 
 
+def _is_script(word) -> bool:
+    return str(word).endswith(".py") and os.path.isfile(word)
+
+
 def forkable(command, keywords: dict) -> bool:
-    """Whether ``subprocess.run(command, **keywords)`` can run in a fork of the server."""
+    """Whether ``subprocess.run(command, **keywords)`` can run in a fork of the server: the
+    command is ``python -m MODULE ...`` (``MODULE`` one of :data:`MODULES`) or ``python
+    SCRIPT.py ...`` with this interpreter and no flag, its output captured."""
     env = keywords.get("env")
     env = os.environ if env is None else env
+    if not isinstance(command, (list, tuple)) or len(command) < 2:
+        return False
+    runs = (len(command) >= 3 and command[1] == "-m" and command[2] in MODULES) or _is_script(
+        command[1]
+    )
     return (
         FRESH_VARIABLE not in os.environ
-        and isinstance(command, (list, tuple))
-        and len(command) >= 3
         and str(command[0]) == sys.executable
-        and command[1] == "-m"
-        and command[2] in MODULES
+        and runs
         and set(keywords) <= KEYWORDS
         and bool(keywords.get("capture_output"))
         and not any(k.startswith("PYTHON") and k not in STARTUP_VARIABLES for k in env)
@@ -242,8 +259,10 @@ def run(command, **keywords) -> subprocess.CompletedProcess:
     cwd = Path(keywords.get("cwd") or os.getcwd()).resolve()
     timeout = keywords.get("timeout")
     with tempfile.TemporaryDirectory(prefix="kv-canary-run-") as outputs:
+        script = None if command[1] == "-m" else str(Path(command[1]).resolve())
         request = {
-            "module": command[2], "args": [str(a) for a in command[3:]], "cwd": str(cwd),
+            "module": command[2] if script is None else None, "script": script,
+            "args": [str(a) for a in command[2 if script else 3 :]], "cwd": str(cwd),
             "env": dict(os.environ if env is None else env),
             "stdout": os.path.join(outputs, "stdout"), "stderr": os.path.join(outputs, "stderr"),
         }  # fmt: skip

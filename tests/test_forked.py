@@ -75,6 +75,21 @@ def test_a_forked_run_has_its_folder_environment_path_and_arguments(tmp_path, mo
     assert f'"extra": "{ROOT}"' in out, out
 
 
+def test_a_forked_script_has_its_folder_first_and_its_arguments(tmp_path):
+    """``python SCRIPT ARGS``: the script's own folder first on ``sys.path`` (not the working
+    folder), ``sys.argv[0]`` the script, its exit status."""
+    (tmp_path / "bin").mkdir()
+    script = tmp_path / "bin" / "probe_script.py"
+    script.write_text(PROBE.replace('"extra": sys.path[1]', '"extra": sys.argv[0]'))
+    command = [sys.executable, str(script), "5", "x"]
+    keywords = dict(cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=60)
+    forked_run, fresh = both(command, **keywords)
+    assert forked_run == fresh
+    status, out, _ = forked_run
+    assert status == 5 and f'"path0": "{tmp_path / "bin"}"' in out, forked_run
+    assert f'"extra": "{script}"' in out, out
+
+
 def test_a_forked_run_past_its_time_limit_is_killed(tmp_path):
     (tmp_path / "slow_module.py").write_text("import time\ntime.sleep(60)\n")
     forked.MODULES += ("slow_module",)  # type: ignore[assignment]
@@ -90,13 +105,14 @@ def test_a_forked_run_past_its_time_limit_is_killed(tmp_path):
     ("command", "keywords"),
     [
         ([sys.executable, "-c", "pass"], {"capture_output": True}),
+        ([sys.executable, "missing_script.py"], {"capture_output": True}),
         ([sys.executable, "-W", "ignore", "-m", "pytest"], {"capture_output": True}),
         ([sys.executable, "-m", "pytest"], {"capture_output": True, "input": "x"}),
         ([sys.executable, "-m", "pytest"], {}),
         ([sys.executable, "-m", "pytest"], {"capture_output": True, "env": {"PYTHONHASHSEED": "0"}}),
         (["python3", "-m", "pytest"], {"capture_output": True}),
     ],
-    ids=["-c", "an interpreter flag", "input", "output not captured", "a start-up variable",
+    ids=["-c", "no such script", "an interpreter flag", "input", "output not captured", "a start-up variable",
          "another interpreter"],
 )  # fmt: skip
 def test_what_a_fork_cannot_be_runs_fresh(command, keywords):

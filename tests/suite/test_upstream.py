@@ -5,7 +5,6 @@ expectations file says, and the core level leaves SGLang only its real divergenc
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -128,7 +127,7 @@ def test_repro_scripts_reproduce_where_they_say(tag, tmp_path):
     entry = upstream.check_installed()
     divergence = upstream_table.DIVERGENCES[tag]
     script = REPROS / divergence.repro
-    done = subprocess.run(  # the script imports nothing of this project
+    done = forked.run(  # the script imports nothing of this project
         [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True
     )
     expected = upstream.reproduces_on(tag, entry.version)
