@@ -106,21 +106,33 @@ def test_counts_are_compared_run_by_run(tmp_path, capsys):
 
 
 def test_canarys_collected_count_is_compared_with_its_whole_run_inside(tmp_path, capsys):
-    """canary's outside run collects only: its count must equal the tests of the gate's run
-    inside (deselected ones left out), else the check fails naming it."""
+    """canary's outside run is its stored vectors, every other test deselected: the tests it
+    collected must equal the tests of the gate's run inside (deselected ones left out), else
+    the check fails naming it."""
     inside_reports(tmp_path, {"passed": 461, "skipped": 3}, {"passed": 2})
     inside = installed.inside_counts_from(tmp_path)
-    runs = [{"name": "canary, collected", "inside_impl": "canary", "collected": 464}]
+    runs = [{"name": "canary, its stored vectors", "inside_impl": "canary", "collected": 464}]
     (tmp_path / "runs.json").write_text(json.dumps(runs))
     installed.compare(tmp_path, inside, "test")
-    assert "canary, collected: 464 tests; inside: 461 passed, 3 skipped: same" in (
+    assert "canary, its stored vectors: 464 tests; inside: 461 passed, 3 skipped: same" in (
         capsys.readouterr().out
     )
     runs[0]["collected"] = 463
     (tmp_path / "runs.json").write_text(json.dumps(runs))
-    with pytest.raises(installed.CheckFailed, match="the counts differ: canary, collected$"):
+    with pytest.raises(
+        installed.CheckFailed, match="the counts differ: canary, its stored vectors$"
+    ):
         installed.compare(tmp_path, inside, "test")
     assert installed.collected_of({"passed": 2, "deselected": 5, "xfailed": 1}) == 3
+
+
+def test_the_stored_vectors_selected_outside_are_the_gates_but_the_engine_scale_ones():
+    """The ``-k`` of the outside runs names the modules of stored vectors, the engine-scale
+    ones (minutes under the interpreter) left out."""
+    from strength import gate
+
+    assert installed.VECTORS == ("-k", " or ".join(installed.VECTOR_MODULES))
+    assert set(installed.VECTOR_MODULES) == set(gate.VECTOR_MODULES) - {"test_golden_scale.py"}
 
 
 def test_the_runs_see_nothing_of_the_repository(monkeypatch):
