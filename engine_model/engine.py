@@ -260,15 +260,23 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
             return None
         return self._forward("idle", [], pad=pad, forward_mode=IDLE, graph=True)
 
-    def target_verify(self, drafts: int, accept: int) -> Forward | None:
+    def target_verify(
+        self, drafts: int, accept: int, pad: int = 0, graph: bool = False
+    ) -> Forward | None:
         """EAGLE's target verify (``TARGET_VERIFY``), made only when every decoding request has
         room for ``drafts`` more positions (None otherwise: the caller decodes plainly): each
         writes its sampled token and ``drafts - 1`` draft tokens at the positions past what it wrote
         (``prefix`` = ``seq_lens``, ``extend`` = ``draft_token_num``, the drafts past the
         snapshot's valid length); then each accepts the drafts that match the target's tokens,
         ``accept`` picking how many, takes the target's own token after them, and frees the
-        pages that hold only rejected drafts."""
+        pages that hold only rejected drafts. Replaying a CUDA graph (``graph``: SGLang's
+        decode graph runner captures ``TARGET_VERIFY`` under speculative decoding), ``pad``
+        padding rows stand at the tail, each writing ``drafts`` tokens at position 0 and slot 0,
+        as the runner pads (``bs * num_tokens_per_bs`` tokens); a batch outside a graph has
+        none (``ValueError``)."""
         c = self.config
+        if pad and not graph:
+            raise ValueError("a target verify has padding rows only when it replays a graph")
         if drafts < 2 or c.offset:  # the draft model's canary (offset 1) runs other modes
             return None
         # every row writes ``draft_token_num`` tokens (SGLang's plan input takes one count for
@@ -283,7 +291,9 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
             wrong = self._fresh(e)
             draft = truth[:kept] + wrong[kept : e - 1]
             self._drafting[req.rid] = (req.tokens[-1:] + draft, truth, kept)
-        forward = self._forward("target_verify", rows, pad=0, forward_mode=TARGET_VERIFY)
+        forward = self._forward(
+            "target_verify", rows, pad=pad, forward_mode=TARGET_VERIFY, graph=graph
+        )
         self._drafting = {}
         return forward
 

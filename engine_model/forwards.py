@@ -55,7 +55,7 @@ class Forwards(Allocators):
         order = np.arange(bs) if graph else self.rng.permutation(bs)
         lens = {name: value[order] for name, value in lens.items()}
         ids, positions, full_slots, expected, token_rows = self._laid_out(
-            batch, order, written, pad, graph
+            batch, order, written, pad if graph else 0, int(lens["extend"][-1]) if pad else 1
         )
         live = [batch[i][0] for i in order if i < len(batch)]
         self._count_situations(live, lens, graph)
@@ -93,19 +93,21 @@ class Forwards(Allocators):
         return forward
 
     def _laid_out(
-        self, batch, order: np.ndarray, written: list[np.ndarray], pad: int, graph: bool
+        self, batch, order: np.ndarray, written: list[np.ndarray], pad: int, per_pad: int
     ) -> list[np.ndarray]:
         """The write's token arrays (input ids, positions, full slots, expected inputs) in the
-        plan's row order, and the batch row of each token; a replayed graph's padding rows
-        write a token each at its tail: position 0, slot 0, a stale input id."""
+        plan's row order, and the batch row of each token; a replayed graph's ``pad`` padding
+        rows (none outside a graph) write ``per_pad`` tokens each at its tail (their extend
+        length: 1 in a decode, the draft count in a target verify): position 0, slot 0, a stale
+        input id."""
         bs = len(batch) + pad
         ids, positions, full_slots, expected = self._in_plan_order(batch, order, written)
         sizes = {i: e for i, (_, e) in enumerate(batch)}
-        token_rows = np.repeat(np.arange(bs), [sizes.get(int(i), 0) for i in order])
-        if graph and pad:  # a padding row's token: position 0, slot 0, a stale input id
-            token_rows = np.concatenate([token_rows, np.arange(bs - pad, bs)])
-            stale = self.rng.integers(1, 2**20, pad).astype(np.int64)
-            zero = np.zeros(pad, dtype=np.int64)
+        token_rows = np.repeat(np.arange(len(order)), [sizes.get(int(i), 0) for i in order])
+        if pad:  # a padding row's tokens: position 0, slot 0, a stale input id
+            token_rows = np.concatenate([token_rows, np.repeat(np.arange(bs - pad, bs), per_pad)])
+            stale = self.rng.integers(1, 2**20, pad * per_pad).astype(np.int64)
+            zero = np.zeros(pad * per_pad, dtype=np.int64)
             ids, expected = np.concatenate([ids, stale]), np.concatenate([expected, stale])
             positions = np.concatenate([positions, zero])
             full_slots = np.concatenate([full_slots, zero])
@@ -217,6 +219,8 @@ class Forwards(Allocators):
         prefix, extend, valid = stale[0], stale[1], stale[2]
         if forward_kind in ("decode", "idle"):
             extend[:] = 1
+        if forward_kind == "target_verify" and batch:  # one draft count for the batch
+            extend[:] = batch[0][1]
         if graph:
             prefix[:] = 0
         for i, (req, e) in enumerate(batch):
@@ -328,8 +332,8 @@ class Forwards(Allocators):
             if self.lut is not None and start > 0:
                 if not self.lut[self.full_slot(req, start - 1)]:
                     self.events["an SWA window that slid past an evicted slot"] += 1
-        if graph:
-            key = int(lens["rows"].shape[0])
+        if graph:  # a graph per batch size and tokens a row (a decode's, a target verify's)
+            key = (int(lens["rows"].shape[0]), int(lens["extend"][-1]))
             if key in self._captured:
                 self.events["plans reused by a replayed graph"] += 1
             self._captured.add(key)

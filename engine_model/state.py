@@ -98,7 +98,7 @@ class EngineState:
         self._drafting: dict[int, tuple[list, list, int]] = {}  # a target verify's drafts
         self._draft: dict[int, int] = {}  # a draft decode's token per request
         self._overflow = False  # whether this step's verify plans overflow
-        self._captured: set[int] = set()  # the batch sizes of the graphs replayed so far
+        self._captured: set[tuple[int, int]] = set()  # graphs replayed: batch size, tokens a row
         #: per pool row, ``(request, tokens it knew)`` of its last owner when it left the row
         self._row_last_len: dict[int, tuple[int, int]] = {}
         self._keys = 0  # the last host copy's key

@@ -14,8 +14,9 @@ mode is one edit here:
 - a **step label** (:class:`StepLabel`): a forward mode as a run counts it, with how the
   forward ran (replaying a CUDA graph, in the draft model, on a PD prefill engine), or a step
   that is no forward (:data:`SWEEP_STEP`, :data:`MOVE_STEP`);
-- a **settle mode** (:data:`SETTLE_MODES`, :data:`DRAFT_SETTLE_MODES`): the step label of the
-  decodes that follow a fault, by its short name (``DECODE_GRAPH``).
+- a **settle mode** (:data:`SETTLE_MODES`, :data:`DRAFT_SETTLE_MODES`, and the SGLang
+  per-forward leg's own :data:`MANAGER_SETTLE_MODES`): the step label of the decodes that follow
+  a fault, by its short name (``DECODE_GRAPH``).
 
 A **hash mode** is the canary's ``real_kv_hash_mode`` (:class:`reference.RealKvHashMode`), a
 word of the contract, not of this module.
@@ -37,6 +38,8 @@ __all__ = [
     "HEAD",
     "IDLE",
     "LAUNCH_STAGES",
+    "MANAGER_SETTLE_MODES",
+    "MANAGER_SETTLE_STEPS",
     "MIXED",
     "MOVE_STEP",
     "ORACLE_MODES",
@@ -198,11 +201,21 @@ SETTLE_STEPS = (
 SETTLE_MODES = tuple(step.name for step in SETTLE_STEPS[:4])
 #: The draft model's settle modes, by name.
 DRAFT_SETTLE_MODES = tuple(step.name for step in SETTLE_STEPS[4:])
+#: The steps only the SGLang per-forward leg settles with (``conformance/sglang_manager.py``):
+#: EAGLE's target verify replaying a CUDA graph (two padding rows at its tail, three tokens a
+#: row), where SGLang's replay runs only what its capture recorded. To the reference it is a
+#: ``TARGET_VERIFY`` with a graph's padding and capacity, so the suite's engine tests and the
+#: detection table leave it out.
+MANAGER_SETTLE_STEPS = (StepLabel(TARGET_VERIFY, graph=True),)
+#: The per-forward leg's own settle modes, by name.
+MANAGER_SETTLE_MODES = tuple(step.name for step in MANAGER_SETTLE_STEPS)
 
 
 def settle_step(name: str) -> StepLabel:
     """The step label of the settle mode ``name`` (``"DECODE_GRAPH"``)."""
-    for step in SETTLE_STEPS:
+    for step in (*SETTLE_STEPS, *MANAGER_SETTLE_STEPS):
         if step.name == name:
             return step
-    raise ValueError(f"no settle mode {name!r}: one of {SETTLE_MODES + DRAFT_SETTLE_MODES}")
+    raise ValueError(
+        f"no settle mode {name!r}: one of {SETTLE_MODES + DRAFT_SETTLE_MODES + MANAGER_SETTLE_MODES}"
+    )

@@ -224,6 +224,36 @@ def test_a_draft_extend_expects_the_oracles_tokens_so_its_input_assert_can_fire(
         assert stamped == set(tags(FULL, "HEAD", "TAIL")), stamped
 
 
+def test_a_target_verify_replaying_a_graph_pads_its_tail_as_the_runner_does():
+    """A target verify that replays a CUDA graph puts its padding rows at the tail, each with
+    the draft count of tokens at position 0 and slot 0 (the runner pads ``bs *
+    num_tokens_per_bs`` tokens), one extend length for every row, a verify capacity fixed by its
+    batch size; it is counted as its own situation, and the reference runs it silently; outside
+    a graph a target verify has no padding rows."""
+    config = EngineConfig(
+        page_size=2, num_pages=32, pool_rows=6, context_len=16, mode=RealKvHashMode.ALL, seed=5,
+    )  # fmt: skip
+    engine = Engine(config)
+    oracle = OracleRun(engine)
+    warm_up(engine, oracle.forward_or_sweep)
+    with pytest.raises(ValueError, match="only when it replays a graph"):
+        engine.target_verify(3, 0, pad=1)
+    forward = engine.target_verify(3, 0, pad=2, graph=True)
+    assert forward is not None and forward.graph and forward.mode == "TARGET_VERIFY"
+    rows = np.asarray(forward.plan["req_pool_indices"])
+    live = int((rows != 0).sum())
+    assert live and rows[live:].tolist() == [0, 0] and (rows[:live] != 0).all()
+    assert forward.token_rows[-6:].tolist() == [live] * 3 + [live + 1] * 3
+    assert forward.write["positions"][-6:].tolist() == [0] * 6
+    assert forward.group(FULL).out_cache_loc[-6:].tolist() == [0] * 6
+    assert (np.asarray(forward.plan["extend_seq_lens"]) == 3).all()
+    assert forward.group(FULL).verify_capacity == (live + 2) * config.context_len
+    assert engine.events["forward TARGET_VERIFY replaying a graph"] == 1
+    since = oracle.index
+    oracle.forward_or_sweep(forward)
+    assert oracle.index == since
+
+
 def test_a_fault_without_a_place_is_none():
     engine = Engine(EngineConfig())
     transfers = ("transfer_page_left_out", "transfer_pages_swapped")

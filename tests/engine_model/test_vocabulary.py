@@ -19,8 +19,9 @@ HOME = ROOT / "engine_model" / "vocabulary.py"
 #: text, as a table header's short name and as a settle mode's name) and settle modes.
 SPELLINGS = frozenset(
     {*v.FORWARD_MODES, *v.GROUPS, *v.LAUNCH_STAGES, *v.SETTLE_MODES, *v.DRAFT_SETTLE_MODES}
-    | {str(s) for s in (*v.SETTLE_STEPS, v.SWEEP_STEP, v.MOVE_STEP)}
-    | {s.short for s in v.SETTLE_STEPS}
+    | set(v.MANAGER_SETTLE_MODES)
+    | {str(s) for s in (*v.SETTLE_STEPS, *v.MANAGER_SETTLE_STEPS, v.SWEEP_STEP, v.MOVE_STEP)}
+    | {s.short for s in (*v.SETTLE_STEPS, *v.MANAGER_SETTLE_STEPS)}
     | {str(v.StepLabel(m, prefill_engine=True)) for m in v.FORWARD_MODES}
     | {str(v.StepLabel(m, graph=True)) for m in v.FORWARD_MODES}
     | {v.situation(s) for s in (*v.SETTLE_STEPS, *v.REQUIRED_FORWARDS)}
@@ -91,7 +92,8 @@ def test_step_labels_spell_what_the_tables_print():
     assert str(v.StepLabel(v.EXTEND, prefill_engine=True)) == "EXTEND on the prefill engine"
     assert v.SETTLE_MODES == ("DECODE", "DECODE_GRAPH", "MIXED", "TARGET_VERIFY")
     assert v.DRAFT_SETTLE_MODES == ("DRAFT_DECODE", "DRAFT_EXTEND_V2")
-    assert all(v.settle_step(s.name) is s for s in v.SETTLE_STEPS)
+    assert v.MANAGER_SETTLE_MODES == ("TARGET_VERIFY_GRAPH",)
+    assert all(v.settle_step(s.name) is s for s in (*v.SETTLE_STEPS, *v.MANAGER_SETTLE_STEPS))
 
 
 @pytest.mark.parametrize(
