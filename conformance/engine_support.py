@@ -352,15 +352,25 @@ def inject_and_settle(
     return fault, problems, steps[1]
 
 
+def _graph_step(engine: Engine, pick: int, verify: bool) -> Forward | None:
+    """A settle's step replaying a CUDA graph, two padding rows at its tail: a target verify
+    (``verify``) where one runs, else a decode."""
+    made = engine.target_verify(3, pick, 2, graph=True) if verify else None
+    return made or engine.decode(2, graph=True)
+
+
 def settle(engine: Engine, run, mode: str = DECODE, pick: int = 0) -> None:
     """Run :data:`SETTLE` through ``run(step)``, its decodes in ``mode`` (:data:`SETTLE_MODES`;
     an engine with the EAGLE offset, the draft model's canary, decodes plainly where the mode
     is ``TARGET_VERIFY``, which only the target model runs; :data:`DRAFT_SETTLE_MODES`, for
-    such an engine: its multi-step draft then a decode, or its draft extend)."""
+    such an engine: its multi-step draft then a decode, or its draft extend;
+    :data:`MANAGER_SETTLE_MODES`, the per-forward leg's: a target verify replaying a graph, or a
+    decode replaying one where no target verify runs)."""
     c = engine.config
     step = settle_step(mode)
+    verify = step.mode == TARGET_VERIFY
     if step.graph:
-        decode = lambda: engine.decode(2, graph=True)  # noqa: E731
+        decode = lambda: _graph_step(engine, pick, verify)  # noqa: E731
     elif step.draft:  # the draft model's own forwards (the EAGLE offset; not drawn by the suite)
         decode = lambda: [*engine.draft_decode(2), engine.decode(0)]  # noqa: E731
     else:

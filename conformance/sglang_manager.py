@@ -18,8 +18,9 @@ copied on both sides alike, as the engine does.
 
 Then it makes faults of every class of :mod:`engine_model.faults` in such histories, runs the
 class's settle through SGLang's runtime and the reference side by side (the decodes of the
-settle in each of :data:`engine_model.vocabulary.SETTLE_MODES`, and in the draft model's
-own forwards), and requires the same reports of both, where the class predicts them. From
+settle in each of :data:`engine_model.vocabulary.SETTLE_MODES`, in the draft model's own
+forwards, and in a target verify replaying a graph, ``MANAGER_SETTLE_MODES``), and requires the
+same reports of both, where the class predicts them. From
 the reports SGLang's runtime makes it counts which of its checks fired in which forward mode
 (``conformance.sglang.fired``; ``conformance/README.md`` keeps today's table, with why each
 cell that never fires cannot).
@@ -60,18 +61,21 @@ What stands in for the rest of SGLang, each in ``loading.manager_modules``:
 - ``ForwardBatch``: ``ManagerBatchStandIn``, the fields of ``ForwardBatchStandIn`` and those
   the manager reads besides (``batch_size``, ``out_cache_loc``, ``req_all_ids_flat``); a
   replayed graph's batch outside the graph holds its live rows only;
-- SGLang's decode graph runner (``conformance.sglang.graphs``): a ``DECODE`` or ``IDLE`` step
-  that SGLang runs as a CUDA graph replay (``ForwardMode.is_cuda_graph``) replays here a graph
-  of the manager's inside-the-graph ops (``conformance.graph_capture``), captured once per
-  batch size on the batch the runner's ``capture_prepare`` builds (its static buffers, every
-  row padding, ``seq_lens`` the fill value, only the fields its ``ForwardBatch(...)`` call
-  passes, read from the release's source), after one warm-up run and with the phase
-  checker's and chain position asserts off, as at SGLang's startup, every kernel launch
-  recorded as one operation; each replay copies the live batch into the static buffers padded
-  as the runner's registry pads them (``fill_from``), then runs only what was recorded, the
-  model's KV store eager between the two graphs and ``pre_ops_outside_graph`` and
-  ``post_ops_outside_graph`` eager around them. The capture's launches (SGLang's warm-ups)
-  are counted apart from the run counters the reference is compared with;
+- SGLang's decode graph runner (``conformance.sglang.graphs``): a ``DECODE``, ``IDLE`` or
+  ``TARGET_VERIFY`` step that SGLang runs as a CUDA graph replay (``ForwardMode.is_cuda_graph``)
+  replays here a graph of the manager's inside-the-graph ops (``conformance.graph_capture``),
+  captured once per batch size and mode (``DECODE``, which an idle step replays too, or, as a
+  speculative server's runner captures it, ``TARGET_VERIFY`` with its draft count) on the batch
+  the runner's ``capture_prepare`` builds (its static buffers, every row padding, ``seq_lens``
+  the fill value, only the fields its ``ForwardBatch(...)`` call passes, read from the
+  release's source, and in ``TARGET_VERIFY`` a ``spec_info`` holding the one field of
+  ``get_spec_info``'s that the canary reads, ``draft_token_num``), after one warm-up run and
+  with the phase checker's and chain position asserts off, as at SGLang's startup, every kernel
+  launch recorded as one operation; each replay copies the live batch into the static buffers
+  padded as the runner's registry pads them (``fill_from``), then runs only what was recorded,
+  the model's KV store eager between the two graphs and ``pre_ops_outside_graph`` and
+  ``post_ops_outside_graph`` eager around them. The capture's launches (SGLang's warm-ups) are
+  counted apart from the run counters the reference is compared with;
 - the token oracle (``HashOracle``): ``EngineTokenOracle``, the engine model's tokens as one
   table gathered by tensor work alone, as ``HashOracle`` computes, refreshed in place before
   every forward, so that a replayed graph answers afresh;
@@ -107,7 +111,15 @@ from conformance.sglang.histories import REQUIRED
 from conformance.sglang.manager_run import logged_problems, run_history
 from conformance.sglang.trials import fault_trial, shared_prefix_trial
 from engine_model import faults
-from engine_model.vocabulary import DRAFT_SETTLE_MODES, MOVE_STEP, SETTLE_MODES, SWEEP_STEP
+from engine_model.vocabulary import (
+    DECODE,
+    DRAFT_SETTLE_MODES,
+    MANAGER_SETTLE_MODES,
+    MOVE_STEP,
+    SETTLE_MODES,
+    SWEEP_STEP,
+    TARGET_VERIFY,
+)
 
 __all__ = ["HISTORIES", "SHARED_PREFIX_TRIALS", "TRIALS", "main"]
 
@@ -142,11 +154,13 @@ def _correct_histories(histories: int) -> tuple[list[str], Counter]:
         step_counts.update(side.step_counts)
         not_managed.update(side.not_managed)
         counts.update(
-            plans=side.plans_compared, graphs=len(side.graphs),
-            replays=sum(c.replays for c in side.graphs.values()),
+            plans=side.plans_compared,
             **{str(DRAFT_EXTEND_DIVERGENCE): side.divergent,
                str(GRAPH_TOKEN_DIVERGENCE): side.token_unchecked},
         )  # fmt: skip
+        for (_, mode), captured in side.graphs.items():
+            counts.update({f"graphs {mode}": 1, f"replays {mode}": captured.replays})
+        counts.update({f"unchecked {m}": n for m, n in side.unchecked_by_mode.items()})
     print(f"{histories} correct histories, equal after every step, silent:")
     for name, n in sorted(step_counts.items()):
         print(f"  {name}: {n}")
@@ -159,13 +173,21 @@ def _correct_histories(histories: int) -> tuple[list[str], Counter]:
         f"  SGLang's reports of the divergence [20] (draft extend, EAGLE offset): "
         f"{counts[str(DRAFT_EXTEND_DIVERGENCE)]}"
     )
+    made, replayed = (f"{what} {DECODE}" for what in ("graphs", "replays"))
     print(
-        f"  DECODE graphs captured (a batch size each, per history): {counts['graphs']}, "
-        f"replayed by DECODE and IDLE steps: {counts['replays']}"
+        f"  DECODE graphs captured (a batch size each, per history): {counts[made]}, "
+        f"replayed by DECODE and IDLE steps: {counts[replayed]}"
+    )
+    made, replayed = (f"{what} {TARGET_VERIFY}" for what in ("graphs", "replays"))
+    print(
+        f"  TARGET_VERIFY graphs captured (a batch size and draft count each, per history): "
+        f"{counts[made]}, replayed by target verifies: {counts[replayed]}"
     )
     print(
         f"  verify entries whose token a replayed graph's plan leaves unchecked, the divergence "
-        f"[21]: {counts[str(GRAPH_TOKEN_DIVERGENCE)]}"
+        f"[21]: {counts[str(GRAPH_TOKEN_DIVERGENCE)]} (DECODE graphs "
+        f"{counts['unchecked ' + DECODE]}, TARGET_VERIFY graphs "
+        f"{counts['unchecked ' + TARGET_VERIFY]})"
     )
     return [label for label in labels if not step_counts[label]], counts
 
@@ -173,7 +195,7 @@ def _correct_histories(histories: int) -> tuple[list[str], Counter]:
 def _fault_trials(trials: int) -> tuple[Counter, list[str]]:
     """``trials`` fault trials of every class in every settle mode, and the shared-prefix
     trials, printed: the checks SGLang's runtime fired, and the problems."""
-    settle_modes = (*SETTLE_MODES, *DRAFT_SETTLE_MODES)
+    settle_modes = (*SETTLE_MODES, *DRAFT_SETTLE_MODES, *MANAGER_SETTLE_MODES)
     fired: Counter = Counter()
     outcomes: Counter = Counter()
     problems = []
@@ -207,8 +229,9 @@ def _fault_trials(trials: int) -> tuple[Counter, list[str]]:
 def _upstream_problems(fired: Counter, counts: Counter) -> list[str]:
     """The README's table of fired checks, on the release it was made on (a cell it says cannot
     fire never does, and every other cell fires), and [20] and [21] as expectations: present on
-    the releases their scripts reproduce on, so that a fix upstream shows as an unexpected
-    pass, and absent elsewhere."""
+    the releases their scripts reproduce on (for [21], in the replays of both modes a runner
+    captures, DECODE and TARGET_VERIFY), so that a fix upstream shows as an unexpected pass,
+    and absent elsewhere."""
     problems = []
     version = upstream.installed_version()
     release, cannot = readme_never_cells()
@@ -222,6 +245,12 @@ def _upstream_problems(fired: Counter, counts: Counter) -> list[str]:
                 f"[{tag}] {'expected but not seen' if expected else 'seen but not expected'} "
                 f"on sglang {version}: {seen} {what}"
             )
+    if upstream.reproduces_on(GRAPH_TOKEN_DIVERGENCE, version):  # in both modes a runner captures
+        problems += [
+            f"[{GRAPH_TOKEN_DIVERGENCE}] expected but not seen in {mode} replays on sglang {version}"
+            for mode in (DECODE, TARGET_VERIFY)
+            if not counts[f"unchecked {mode}"]
+        ]
     return problems
 
 

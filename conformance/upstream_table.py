@@ -275,9 +275,9 @@ DIVERGENCES: dict[int, Divergence] = {
         ("0.5.13", "0.5.23"),
     ),
     21: Divergence(
-        "a decode that replays a CUDA graph never checks a verified slot's token: the capture "
-        "batch has no `req_all_ids_lens`, so every replay plans the expected-token valid "
-        "lengths 0",
+        "a decode or a target verify that replays a CUDA graph never checks a verified slot's "
+        "token: the capture batch has no `req_all_ids_lens`, so every replay plans the "
+        "expected-token valid lengths 0",
         "core",
         "With the verify token assert on (`SGLANG_KV_CANARY_ENABLE_VERIFY_TOKEN_ASSERT`), a "
         "slot whose record names a token other than the request's is reported "
@@ -288,11 +288,18 @@ DIVERGENCES: dict[int, Divergence] = {
         "req_all_ids_lens is not None`, and the decode graph runner's capture batch "
         "(`capture_prepare`'s `ForwardBatch(...)`) does not pass that field: the copy is "
         "never captured, every replay plans valid lengths 0 and the plan gathers no expected "
-        "token (-1: not checked). Chain, position and real-KV checks are untouched, and so is "
-        "the write's input assert (`WRITE_TOKEN_MISMATCH`), whose oracle runs inside the "
-        "graph. The per-forward leg (`conformance/sglang_manager.py`) replays its graph "
-        "decodes as captured and counts the verify entries left unchecked; its fault trials "
-        "settled by replayed decodes meet every predicted report but the `TOKEN` bit.",
+        "token (-1: not checked). Under speculative decoding (EAGLE) the runner captures "
+        "`TARGET_VERIFY` in place of `DECODE` through the same call (its `spec_info` from "
+        "`get_spec_info`), so a target verify that replays a graph checks no token either "
+        "(shown on 0.5.23 by the per-forward leg and by the script). Chain, position and "
+        "real-KV checks are untouched, and so is the write's input assert "
+        "(`WRITE_TOKEN_MISMATCH`), whose oracle runs inside the graph. The per-forward leg "
+        "(`conformance/sglang_manager.py`) replays its graph decodes and target verifies as "
+        "captured and counts the verify entries left unchecked; its fault trials settled by "
+        "replayed decodes or target verifies meet every predicted report but the `TOKEN` bit "
+        "(where any one of a report's bits was due, `TOKEN` among them, none is: a record "
+        "that differs in its token alone shows nothing at its slot under a replay, its chain "
+        "breaking one position on).",
         "repro_21_graph_replay_skips_token_check.py",
         ("0.5.13", "0.5.23"),
     ),

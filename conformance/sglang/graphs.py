@@ -18,6 +18,13 @@ padded by each slot's policy (``fill_from``), and the graph runs the kernels it 
 them; ``pre_ops_outside_graph`` and ``post_ops_outside_graph`` run around it, eagerly, on the
 live batch (``ModelRunner.forward``'s ``with_ops_outside_graph``).
 
+Under speculative decoding (EAGLE) the same runner captures ``TARGET_VERIFY`` instead
+(``self.capture_forward_mode``): ``captured_req_width`` tokens a row, the draft count, so
+``bs * draft_token_num`` tokens in the token-axis buffers, and the capture batch's ``spec_info``
+is what ``get_spec_info`` builds, an ``EagleVerifyInput`` whose ``draft_token_num`` is the
+runner's ``speculative_num_draft_tokens``. A target verify up to the largest captured size is a
+replay of it, its padding rows at the tail, ``draft_token_num`` tokens each.
+
 Here, per manager (one per captured batch size, :meth:`ManagerRun.manager`):
 
 - :class:`StaticBuffers`: the registry's slots the canary reads, sized for the captured batch,
@@ -25,7 +32,8 @@ Here, per manager (one per captured batch size, :meth:`ManagerRun.manager`):
 - :func:`capture_batch`: the capture's ``ForwardBatch`` (a ``ManagerBatchStandIn``), only the
   fields the runner's ``ForwardBatch(...)`` call passes (:func:`capture_keywords`, read from
   the installed release's source; a field it does not pass is None, as ``ForwardBatch``'s
-  default);
+  default), its ``spec_info`` a :class:`CaptureSpecInfo` in ``TARGET_VERIFY`` (None in
+  ``DECODE``, a runner without speculative decoding);
 - :func:`capture`: a warm-up run, then ``pre_ops_maybe_inside_graph`` captured as one graph
   and ``post_ops_maybe_inside_graph`` as another (SGLang's second warm-up is the capture's own
   run), every kernel launch of them opaque (:func:`opaque_launchers`); the model's KV store
@@ -59,15 +67,18 @@ from conformance.graph_capture import capture as capture_graph
 from conformance.sglang import loading
 from conformance.sglang.standins import ManagerBatchStandIn
 from engine_model import Forward
+from engine_model.vocabulary import DECODE, TARGET_VERIFY
 
 __all__ = [
     "RUNNER_FILES",
     "SEQ_LEN_FILL_VALUE",
+    "CaptureSpecInfo",
     "CapturedDecode",
     "StaticBuffers",
     "capture",
     "capture_batch",
     "capture_keywords",
+    "capture_mode",
     "graph_dues",
     "opaque_launchers",
     "replay",
@@ -174,18 +185,39 @@ class StaticBuffers:
                 buffer[:raw].copy_(source[:raw])
 
 
-def capture_batch(buffers: StaticBuffers, mode) -> ManagerBatchStandIn:
+@dataclass(frozen=True)
+class CaptureSpecInfo:
+    """Stands for the ``EagleVerifyInput`` that the runner's ``get_spec_info`` gives its capture
+    batch under EAGLE (``speculative/eagle_info.py``), as the canary reads it: of the fields
+    that call passes, ``draft_token_num`` (the runner's ``speculative_num_draft_tokens``) is the
+    one kv_canary reads (``plan_input.py``, ``token_oracle/oracle_manager.py``); it reads
+    ``num_tokens_per_req`` only in ``DRAFT_EXTEND_V2``, which this runner never captures, and
+    the stand-in has none. ``tests/suite/test_sglang_graphs.py`` reads both sides from source."""
+
+    draft_token_num: int
+
+
+def capture_mode(forward: Forward) -> str:
+    """The mode of the graph a forward replays: ``TARGET_VERIFY`` for a target verify (the
+    runner of a speculative server captures it), ``DECODE`` for a decode or an idle step."""
+    return TARGET_VERIFY if forward.mode == TARGET_VERIFY else DECODE
+
+
+def capture_batch(
+    buffers: StaticBuffers, mode, spec_info: CaptureSpecInfo | None = None
+) -> ManagerBatchStandIn:
     """The capture's ``ForwardBatch`` over ``buffers``, as ``capture_prepare`` builds it in
-    ``mode`` (``self.capture_forward_mode``): only the fields its call passes
-    (:func:`capture_keywords`) are set, each as the runner sets it; every other field the canary
-    reads is None, ``ForwardBatch``'s default (``NotImplementedError`` where a release's call
-    passes one this stand-in cannot fill)."""
+    ``mode`` (``self.capture_forward_mode``) with ``spec_info`` (``get_spec_info``'s: None
+    without speculative decoding): only the fields its call passes (:func:`capture_keywords`)
+    are set, each as the runner sets it; every other field the canary reads is None,
+    ``ForwardBatch``'s default (``NotImplementedError`` where a release's call passes one this
+    stand-in cannot fill)."""
     passed = capture_keywords()
     bs = int(buffers.req_pool_indices.shape[0])
     values = {
         "forward_mode": mode,
         "batch_size": bs,
-        "spec_info": None,  # get_spec_info of a runner without speculative decoding
+        "spec_info": spec_info,
         **{f.name: getattr(buffers, f.name) for f in dataclasses.fields(buffers)},
     }
     fields = {}
@@ -238,11 +270,13 @@ def _stream_capturing():
 
 @dataclass
 class CapturedDecode:
-    """One manager's captured DECODE graph: the manager, its static buffers and capture batch,
-    the two graphs, the decisions the capture froze (``input_assert``: the write's input
-    assert, ``valid_lens``: whether the captured plan input takes the expected-token valid
-    lengths at all), the run counters its warm-up added (tag -> launches, slots) and the
-    replays made."""
+    """One manager's graph of the decode graph runner (``DECODE``, or ``TARGET_VERIFY`` under
+    speculative decoding: its capture batch's mode): the manager, its static buffers and
+    capture batch, the two graphs, the decisions the capture froze (``input_assert``: the
+    write's input assert, ``valid_lens``: whether the captured plan input takes the
+    expected-token valid lengths at all; a target verify's draft count is its capture batch's
+    ``spec_info``), the run counters its warm-up added (tag -> launches, slots) and the replays
+    made."""
 
     manager: object
     buffers: StaticBuffers
@@ -261,14 +295,15 @@ def _state(side) -> list[np.ndarray]:
     return out + [side.made.violation_ring.numpy().copy(), side.index()]
 
 
-def capture(side, manager, bs: int, tokens: int) -> CapturedDecode:
+def capture(side, manager, bs: int, tokens: int, mode: str = DECODE) -> CapturedDecode:
     """``manager`` (new, its asserts off as SGLang builds it) captured as SGLang's runner
-    captures batch size ``bs`` (``tokens`` tokens), its asserts turned on after it as
-    ``mark_init_finished`` does; the capture must leave the canary buffers and the ring as
-    they were."""
+    captures batch size ``bs`` (``tokens`` tokens: ``bs * draft_token_num`` in
+    ``TARGET_VERIFY``) in ``mode``, its asserts turned on after it as ``mark_init_finished``
+    does; the capture must leave the canary buffers and the ring as they were."""
     mods, device_state = side.mods, side.device_state
     buffers = StaticBuffers.allocate(bs, tokens)
-    batch = capture_batch(buffers, loading.runtime().ForwardMode.DECODE)
+    spec_info = CaptureSpecInfo(draft_token_num=tokens // bs) if mode == TARGET_VERIFY else None
+    batch = capture_batch(buffers, loading.runtime().ForwardMode[mode], spec_info)
     before, counters = _state(side), _counters(device_state)
     chain = device_state.enable_chain_position_assert.clone()
     device_state.enable_chain_position_assert.fill_(0)
@@ -363,18 +398,22 @@ TOKEN = int(reference.FailReason.VERIFY_TOKEN_MISMATCH)
 def replayed_dues(dues: list | None, counted: list[int]) -> list | None:
     """A fault class's ``dues`` (:class:`engine_model.faults.base.Due`) as reports of replayed
     graphs can meet them, where the capture's plan input takes no valid lengths ([21]): the
-    ``TOKEN`` bit left out of each due, a due of that bit alone dropped; each due changed
+    ``TOKEN`` bit left out of each due that needs all its bits, a due of that bit alone
+    dropped, and so is a due that any one of its bits meets (at any of the fault's slots, or
+    ``any_of``) where ``TOKEN`` is one of them: a record that differs in its token alone is
+    reported by ``TOKEN`` alone there, eagerly, and by nothing under a replay (its chain
+    shows the break one position on, at a slot the fault did not touch); each due changed
     counted in ``counted[0]``."""
     if dues is None:
         return None
     out = []
     for due in dues:
-        if due.bits & TOKEN:
-            counted[0] += 1
-            if due.bits & ~TOKEN:
-                out.append(dataclasses.replace(due, bits=due.bits & ~TOKEN))
-        else:
+        if not due.bits & TOKEN:
             out.append(due)
+            continue
+        counted[0] += 1
+        if due.bits & ~TOKEN and not (due.slot == -1 or due.any_of):
+            out.append(dataclasses.replace(due, bits=due.bits & ~TOKEN))
     return out
 
 

@@ -140,6 +140,10 @@ DRAFT_STEPS = 3
 #: A decode replaying a CUDA graph, and the op that makes it (the step's settle-mode name).
 GRAPH_DECODE_STEP = StepLabel(DECODE, graph=True)
 GRAPH_DECODE = GRAPH_DECODE_STEP.name
+#: A target verify replaying a CUDA graph (the ``verify`` op makes one for half its picks), and
+#: the draft count every such graph is captured with (a server's ``speculative_num_draft_tokens``).
+GRAPH_VERIFY_STEP = StepLabel(TARGET_VERIFY, graph=True)
+GRAPH_DRAFT_TOKENS = 3
 #: A history's scheduler events, drawn uniformly: their order and number decide the draws.
 OPS = ("admit", "prefill", "decode", GRAPH_DECODE, "mixed", "idle", "verify", "draft",
        "draftext", "finish", "retract", "readmit", "receive", "relocate", "twin", "sweep")  # fmt: skip
@@ -201,6 +205,8 @@ def _forward(engine: Engine, op: str, pick: int, chunk: int, keep, on_sweep) -> 
         keep(engine.mixed(chunk))
     elif op == "idle":
         keep(engine.idle(1 + pick % 2))
+    elif op == "verify" and pick >= 4:  # replaying a graph, padding rows at its tail
+        keep(engine.target_verify(GRAPH_DRAFT_TOKENS, pick, pick % 3, graph=True))
     elif op == "verify":
         keep(engine.target_verify(2 + pick % 3, pick))
     elif op == "draft":
@@ -232,7 +238,8 @@ def step_label(step) -> StepLabel:
 
 
 #: The step labels every run of the runtime leg must compare at least once: every forward
-#: mode, a decode replaying a graph, the draft model's decode and a prefill engine's extend.
+#: mode, a decode and a target verify replaying a graph, the draft model's decode and a prefill
+#: engine's extend.
 REQUIRED_STEPS = (
     StepLabel(EXTEND),
     StepLabel(DECODE),
@@ -240,6 +247,7 @@ REQUIRED_STEPS = (
     StepLabel(MIXED),
     StepLabel(IDLE),
     StepLabel(TARGET_VERIFY),
+    GRAPH_VERIFY_STEP,
     DRAFT_DECODE,
     StepLabel(DRAFT_EXTEND_V2),
     StepLabel(EXTEND, prefill_engine=True),

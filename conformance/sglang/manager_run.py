@@ -136,8 +136,9 @@ class ManagerRun(ImplRun):
         self.not_managed: Counter = Counter()  # forwards SGLang never makes, by mode
         self.d2h_stream = torch.cpu.Stream()  # SGLang's stream for host copies, on the CPU
         self.managers: dict = {}
-        self.graphs: dict = {}  # a captured DECODE graph per manager capacities (graphs.py)
+        self.graphs: dict = {}  # a captured graph per manager capacities and mode (graphs.py)
         self.token_unchecked = 0  # verify entries a replayed graph leaves unchecked ([21])
+        self.unchecked_by_mode: Counter = Counter()  # the same, by the graph's capture mode
         self.token_dues = 0  # fault dues whose TOKEN bit a replayed graph cannot report ([21])
         self.oracle = EngineTokenOracle(engine)  # one token table, refreshed every forward
         # the host side: SGLang's ViolationManager drains the ring one step late and its
@@ -232,9 +233,9 @@ class ManagerRun(ImplRun):
         )  # fmt: skip
 
     def forward(self, forward: Forward) -> Forward | None:
-        """``forward`` through SGLang's runtime: eagerly, or a DECODE or IDLE one by a replay of
-        its captured graph (:meth:`replay`); the forward as SGLang ran it, for the reference
-        (None: a forward SGLang never makes, not run)."""
+        """``forward`` through SGLang's runtime: eagerly, or a DECODE, IDLE or TARGET_VERIFY one
+        by a replay of its captured graph (:meth:`replay`); the forward as SGLang ran it, for the
+        reference (None: a forward SGLang never makes, not run)."""
         batches = manager_batches(forward, self.mods)
         if batches is None:
             return None
@@ -265,22 +266,25 @@ class ManagerRun(ImplRun):
             positions.copy_(int64_tensor(forward.tail_write["positions"]))
 
     def replay(self, forward: Forward, outside, inside) -> Forward:
-        """A forward that replays a CUDA graph: the graph of its manager captured on first use
-        (:func:`conformance.sglang.graphs.capture`), then replayed over the live batch; the
+        """A forward that replays a CUDA graph: the graph of its manager and mode (the runner's
+        capture mode: ``TARGET_VERIFY`` for a target verify, else ``DECODE``) captured on first
+        use (:func:`conformance.sglang.graphs.capture`), then replayed over the live batch; the
         forward as the captured graph plans it (:func:`graphs.replayed_forward`)."""
-        key = self.key(forward)
-        if key not in self.graphs:
-            self.graphs[key] = graphs.capture(self, self._new_manager(*key), key[1], key[2])
-        captured = self.graphs[key]
+        key, mode = self.key(forward), graphs.capture_mode(forward)
+        if (key, mode) not in self.graphs:
+            self.graphs[key, mode] = graphs.capture(
+                self, self._new_manager(*key), key[1], key[2], mode
+            )
+        captured = self.graphs[key, mode]
         replayed = graphs.replayed_forward(forward, captured)
         pool = None if self.pool is None else self.pool.numpy().copy()
 
         def model(made, positions: torch.Tensor) -> None:
             manager = captured.manager
             self.pending += self.plan_problems(replayed, manager, made, captured.input_assert)
-            self.token_unchecked += graphs.unchecked_tokens(
-                forward, replayed, manager._verify_capacity, pool
-            )
+            unchecked = graphs.unchecked_tokens(forward, replayed, manager._verify_capacity, pool)
+            self.token_unchecked += unchecked
+            self.unchecked_by_mode[mode] += unchecked
             self.model(forward, positions)
 
         graphs.replay(self, captured, forward, outside, inside, model)

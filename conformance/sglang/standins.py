@@ -8,7 +8,8 @@ source that it provides every field SGLang's code reads.
   forward) and :class:`SpecInfoStandIn` (EAGLE's verify and draft inputs);
 - :class:`ManagerBatchStandIn` (``ForwardBatch`` as the per-forward manager reads it; the
   decode graph runner's capture batch is one too, ``conformance.sglang.graphs.capture_batch``,
-  held to the runner's call by ``tests/suite/test_sglang_graphs.py``);
+  held to the runner's call by ``tests/suite/test_sglang_graphs.py``, and so is its
+  ``spec_info`` in ``TARGET_VERIFY``, ``graphs.CaptureSpecInfo``, to ``get_spec_info``'s);
 - :class:`RadixCacheStandIn` (``mem_cache.unified_radix_cache.UnifiedRadixCache``, as the
   sweep and ``real_kv_unused_cache`` read it: :func:`swept_cache`, :func:`unlocked_cache`);
 - :class:`PerturbBatchStandIn` (``ForwardBatch`` as the perturbations read it:

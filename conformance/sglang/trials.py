@@ -33,7 +33,14 @@ from conformance.sglang.standins import (
     unlocked_cache,
 )
 from engine_model import KV_BYTES, Engine, EngineConfig, faults
-from engine_model.vocabulary import DECODE, DRAFT_SETTLE_MODES, FULL, SWA, settle_step
+from engine_model.vocabulary import (
+    DECODE,
+    DRAFT_SETTLE_MODES,
+    FULL,
+    MANAGER_SETTLE_MODES,
+    SWA,
+    settle_step,
+)
 from reference import RealKvHashMode
 
 __all__ = [
@@ -343,6 +350,8 @@ def fault_trial(
     ``reported``, ``silent`` (nothing due, nothing reported) or ``no place``."""
     cls = faults.FAULTS[fault_class]
     eagle_offset = 1 if settle_mode in DRAFT_SETTLE_MODES else None  # the draft model's canary
+    if settle_mode in MANAGER_SETTLE_MODES:  # a target verify: the target model's canary
+        eagle_offset = 0
     if cls.target_model_only:
         eagle_offset, settle_mode = 0, cls.settle_mode
     config = engine_config(

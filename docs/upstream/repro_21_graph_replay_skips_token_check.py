@@ -1,4 +1,4 @@
-"""SGLang kv_canary: a decode that replays a CUDA graph never checks a verified slot's token.
+"""SGLang kv_canary: a forward that replays a CUDA graph never checks a verified slot's token.
 
     pip install torch triton sglang==X --no-deps
     python repro_21_graph_replay_skips_token_check.py
@@ -14,16 +14,20 @@ runs what the capture recorded. The capture batch is the decode graph runner's o
 ForwardBatch(...) in capture_prepare), which does not pass req_all_ids_lens: the branch is not
 taken at capture, the copy is not recorded, and every replay plans valid lengths 0, so no
 verify entry of a replayed decode has an expected token. The token check is off in every
-decode that runs as a graph (the default), the forward mode most verifies happen in.
+decode that runs as a graph (the default), the forward mode most verifies happen in. Under
+speculative decoding the same runner captures TARGET_VERIFY instead, through the same call (its
+spec_info from get_spec_info, whose draft_token_num PlanInput reads): a target verify that
+replays a graph checks no token either.
 
 Reads the runner's capture call from the installed source, builds its batch (its fields the
 canary reads, the others None as ForwardBatch's defaults), and runs SGLang's PlanInput on it as
 a graph runs it: captured once under a recorder of torch's operations (a CUDA graph records
 the same operations), then replayed after the live batch's rows were copied into the static
-buffers. Then SGLang's plan (its torch reference) over a two-request decode whose expected
-tokens the pool holds: planned from the live batch, every verify entry has its token; planned
-from the replayed PlanInput, none has. Prints SGLang's result beside the contract's and exits
-1 while the divergence is there, 0 once it is gone.
+buffers. Then SGLang's plan (its torch reference) over a two-request decode, and a two-request
+target verify of two tokens a row, whose expected tokens the pool holds: planned from the live
+batch, every verify entry has its token; planned from the replayed PlanInput, none has (a
+release whose PlanInput or capture call has no target verify runs the decode alone). Prints SGLang's result
+beside the contract's and exits 1 while the divergence is there, 0 once it is gone.
 """
 
 import importlib
@@ -130,51 +134,82 @@ def report(bug: bool, sglang: str, contract: str) -> None:
 
 
 def main():
-    """The capture batch's PlanInput, replayed, against the live batch's, and their plans."""
+    """The capture batch's PlanInput, replayed, against the live batch's, and their plans: in a
+    decode, and in a target verify (a speculative server's runner captures TARGET_VERIFY in
+    place of DECODE, through the same ForwardBatch(...) call)."""
     kv = load_kv_canary()
     runtime = runtime_modules(kv)
     passed = capture_keywords(runtime.root)
+    decode = replay_case(kv, runtime, passed, "DECODE", tokens_per_row=1)
+    verify = replay_case(kv, runtime, passed, "TARGET_VERIFY", tokens_per_row=2)
+    bug = "req_all_ids_lens" not in passed and all(
+        case is None or not any(t != -1 for t in case[2]) for case in (decode, verify)
+    )
+    lines = [
+        f"{mode}: a replay plans valid lengths {case[0]} and expected tokens {case[2]} "
+        f"(the live batch: {case[1]})"
+        for mode, case in (("decode", decode), ("target verify", verify))
+        if case is not None
+    ]
+    report(
+        bug,
+        f"the capture batch passes {sorted(passed & set(FIELDS))}; " + "; ".join(lines),
+        "every verify entry of a replayed forward checks its token: "
+        + "; ".join(f"{case[1]}" for case in (decode, verify) if case is not None),
+    )
+
+
+#: The capture batch's fields PlanInput reads (those the runner's call does not pass are None).
+FIELDS = (
+    "forward_mode", "spec_info", "extend_prefix_lens", "extend_seq_lens", "req_pool_indices",
+    "positions", "seq_lens", "req_all_ids_lens",
+)  # fmt: skip
+
+
+def replay_case(kv, runtime, passed, mode, tokens_per_row):
+    """PlanInput captured on the runner's capture batch in ``mode`` (``tokens_per_row``: 1, or
+    a target verify's draft count, ``spec_info.draft_token_num`` as get_spec_info passes it),
+    replayed after the live batch's rows were copied into the static buffers; ``(replayed valid
+    lengths, expected tokens planned from the live batch, from the replay)``, or None where
+    this release's PlanInput has no such mode."""
     bs = 2
     static = dict(
         req_pool_indices=torch.zeros(bs, dtype=torch.int64),
-        positions=torch.zeros(bs, dtype=torch.int64),
+        positions=torch.zeros(bs * tokens_per_row, dtype=torch.int64),
         seq_lens=torch.ones(bs, dtype=torch.int64),  # seq_len_fill_value
         req_all_ids_lens=torch.zeros(bs, dtype=torch.int64),  # were the runner to keep one
     )
+    spec = None if mode == "DECODE" else types.SimpleNamespace(draft_token_num=tokens_per_row)
     fields = dict(
-        forward_mode=runtime.ForwardMode.DECODE,
-        spec_info=None,
-        extend_prefix_lens=None,
-        extend_seq_lens=None,
-        **static,
-    )
+        forward_mode=runtime.ForwardMode[mode], spec_info=spec,
+        extend_prefix_lens=None, extend_seq_lens=None, **static,
+    )  # fmt: skip
     capture_batch = types.SimpleNamespace(
         **{k: (v if k in passed else None) for k, v in fields.items()}
     )
     plan_input = runtime.plan_input.PlanInput.allocate(bs_capacity=bs, device="cpu")
-    graph = record(lambda: plan_input.fill_from_forward_batch(forward_batch=capture_batch))
-    # the live decode: requests on pool rows 1 and 2 write positions 3 and 5, knowing 4 and 6
-    # tokens; ModelRunner copies its rows into the static buffers, then replays the graph
+    try:
+        graph = record(lambda: plan_input.fill_from_forward_batch(forward_batch=capture_batch))
+    except (NotImplementedError, AttributeError):  # no such mode, or no spec_info passed
+        return None
+    # the live batch: requests on pool rows 1 and 2, 3 and 5 positions written before it, 4 and
+    # 6 tokens known; a decode writes position 3 and 5, a target verify two from each on
     live = dict(
         req_pool_indices=torch.tensor([1, 2]),
-        positions=torch.tensor([3, 5]),
-        seq_lens=torch.tensor([4, 6]),
+        positions=torch.tensor([3, 5] if mode == "DECODE" else [3, 4, 5, 6]),
+        seq_lens=torch.tensor([4, 6] if mode == "DECODE" else [3, 5]),
         req_all_ids_lens=torch.tensor([4, 6]),
     )
     for name, value in live.items():
         static[name].copy_(value)
     for op in graph:
         op()
-    replayed = plan_input.req_to_verify_expected_tokens_valid_lens.tolist()
     eager = runtime.plan_input.PlanInput.allocate(bs_capacity=bs, device="cpu")
     eager.fill_from_forward_batch(forward_batch=types.SimpleNamespace(**{**fields, **live}))
-    checked_live = expected_tokens(kv, eager)
-    checked_replay = expected_tokens(kv, plan_input)
-    report(
-        "req_all_ids_lens" not in passed and not any(t != -1 for t in checked_replay),
-        f"the capture batch passes {sorted(passed & set(fields))}; a replay plans valid lengths "
-        f"{replayed} and expected tokens {checked_replay} (the live batch: {checked_live})",
-        f"every verify entry of the replayed decode checks its token: {checked_live}",
+    return (
+        plan_input.req_to_verify_expected_tokens_valid_lens.tolist(),
+        expected_tokens(kv, eager),
+        expected_tokens(kv, plan_input),
     )
 
 

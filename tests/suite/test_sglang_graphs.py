@@ -1,9 +1,11 @@
 """The per-forward leg's CUDA graphs (conformance.sglang.graphs): the capture batch is the one
-SGLang's decode graph runner builds, field by field; a replay runs what the capture recorded and
-no Python of SGLang's (a capture-time decision stays frozen across replays); a replay changes
-the canary as an eager run of the same live batch does, and a kernel launch left out of the
-opaque wrappers is caught; the token oracle stand-in answers afresh under a replay; a capture
-leaves the canary's state alone."""
+SGLang's decode graph runner builds, field by field, in DECODE and in TARGET_VERIFY (its
+``spec_info`` no more than ``get_spec_info`` passes); a replay runs what the capture recorded and
+no Python of SGLang's (a capture-time decision, the valid lengths or a target verify's draft
+count, stays frozen across replays); a replay changes the canary as an eager run of the same
+live batch does, a target verify's too, and a kernel launch left out of the opaque wrappers is
+caught; the token oracle stand-in answers afresh under a replay; a capture leaves the canary's
+state alone."""
 
 from __future__ import annotations
 
@@ -14,15 +16,20 @@ import numpy as np
 import pytest
 import torch
 
+import reference
 from conformance import upstream
 from conformance.graph_capture import capture as capture_graph
-from conformance.sglang import graphs, loading, manager_run, standins
+from conformance.sglang import graphs, loading, manager_run, standins, trials
+from conformance.sglang.histories import GRAPH_DRAFT_TOKENS
 from engine_model import Engine
-from engine_model.vocabulary import DECODE, IDLE
+from engine_model.faults import Due
+from engine_model.vocabulary import DECODE, IDLE, TARGET_VERIFY
 from tests.suite.test_sglang_manager import read_attributes
 
 #: A history with DECODE and IDLE graph replays (no window, no offset) and one with a window.
 HISTORY, STEPS = 3, 40
+#: The steps after a warm-up that replay TARGET_VERIFY graphs (or make room for them).
+VERIFY_STEPS = 10
 
 
 def _runner_call() -> tuple[str, set[str]]:
@@ -178,7 +185,10 @@ def test_a_capture_time_decision_stays_frozen_across_replays_in_the_leg(monkeypa
     ``fill_from_forward_batch`` broken after the capture, the replays still run."""
     side = manager_run.run_history(HISTORY, steps=STEPS)
     assert side.token_unchecked > 0
-    captured = max(side.graphs.values(), key=lambda c: c.buffers.req_pool_indices.shape[0])
+    captured = max(
+        (c for (_, mode), c in side.graphs.items() if mode == DECODE),
+        key=lambda c: c.buffers.req_pool_indices.shape[0],
+    )
     assert not captured.valid_lens
     engine = side.engine
     live = [r for r in engine.running.values()][: captured.buffers.req_pool_indices.shape[0]]
@@ -239,7 +249,190 @@ def test_a_capture_leaves_the_canary_state_alone_and_counts_its_warm_up(monkeypa
 
 def test_idle_steps_replay_the_decode_graph_of_their_size():
     """An IDLE step replays the DECODE graph of its padded size (``is_cuda_graph``): the leg
-    counts it under IDLE and captures no graph of its own mode."""
+    counts it under IDLE and captures no graph of its own mode; a graph's capture batch has the
+    mode it is kept under (DECODE, or TARGET_VERIFY)."""
     side = manager_run.run_history(HISTORY, steps=STEPS)
     assert side.step_counts[IDLE] > 0
-    assert all(c.batch.forward_mode.name == DECODE for c in side.graphs.values())
+    assert all(c.batch.forward_mode.name == mode for (_, mode), c in side.graphs.items())
+    assert {mode for _, mode in side.graphs} <= {DECODE, TARGET_VERIFY}
+
+
+def _runner_tree() -> ast.AST:
+    """The installed release's decode graph runner, parsed."""
+    name, _ = _runner_call()
+    return ast.parse((loading.sglang_root() / "srt" / "model_executor" / name).read_text())
+
+
+def _spec_info_keywords() -> set[str]:
+    """The fields the runner's ``get_spec_info`` passes to the ``EagleVerifyInput(...)`` it
+    builds for the capture batch under EAGLE, read here from its source."""
+    for node in ast.walk(_runner_tree()):
+        if isinstance(node, ast.FunctionDef) and node.name == "get_spec_info":
+            for call in ast.walk(node):
+                if (
+                    isinstance(call, ast.Call)
+                    and getattr(call.func, "id", "") == "EagleVerifyInput"
+                ):
+                    return {k.arg for k in call.keywords if k.arg}
+    pytest.fail("the decode graph runner's get_spec_info builds no EagleVerifyInput(...)")
+
+
+def test_the_runner_captures_target_verify_under_speculative_decoding():
+    """The runner's source sets ``capture_forward_mode`` to ``TARGET_VERIFY`` (under speculative
+    decoding) and passes the capture call the ``spec_info`` of ``self.get_spec_info``, so the
+    leg's TARGET_VERIFY graphs are the runner's."""
+    tree = _runner_tree()
+    modes = {
+        node.value.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        and any(getattr(t, "attr", "") == "capture_forward_mode" for t in node.targets)
+        and isinstance(node.value, ast.Attribute)
+    }
+    assert {DECODE, TARGET_VERIFY} <= modes, modes
+    spec = {
+        node.value.func.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        and any(getattr(t, "id", "") == "spec_info" for t in node.targets)
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Attribute)
+    }
+    assert "get_spec_info" in spec and "spec_info" in _runner_call()[1]
+
+
+def test_the_target_verify_capture_batch_holds_no_more_than_the_runner_passes():
+    """Field by field in TARGET_VERIFY: the capture batch sets the fields of the runner's call
+    and no other; its ``spec_info`` stand-in holds every field ``get_spec_info``'s
+    ``EagleVerifyInput(...)`` passes that the canary reads (``draft_token_num``), and none it
+    does not pass; the token-axis buffers hold ``bs * draft_token_num`` tokens."""
+    name, passed = _runner_call()
+    spec = graphs.CaptureSpecInfo(draft_token_num=3)
+    buffers = graphs.StaticBuffers.allocate(2, 6)
+    batch = graphs.capture_batch(buffers, loading.runtime().ForwardMode.TARGET_VERIFY, spec)
+    read = set()
+    for module in ("single_forward_manager/manager.py", "runner/kernel_launcher.py"):
+        read |= read_attributes("forward_batch", module)
+    for module in ("plan_input.py", "token_oracle/oracle_manager.py"):
+        read |= read_attributes("forward_batch", module)
+    for field in dataclasses.fields(standins.ManagerBatchStandIn):
+        value = getattr(batch, field.name)
+        if field.name not in passed:
+            assert value is None, f"{field.name}: set, but {name}'s capture call does not pass it"
+        elif field.name in read:
+            assert value is not None, f"{field.name}: {name} passes it, the stand-in leaves it"
+    assert batch.spec_info is spec and batch.forward_mode.name == TARGET_VERIFY
+    keywords = _spec_info_keywords()
+    canary_reads = read_attributes("spec_info") | read_attributes(
+        "spec_info", "token_oracle/oracle_manager.py"
+    )
+    held = {f.name for f in dataclasses.fields(graphs.CaptureSpecInfo)}
+    assert held <= keywords, f"the stand-in holds {held - keywords}, get_spec_info passes none"
+    assert canary_reads & keywords <= held, canary_reads & keywords - held
+    assert buffers.positions.shape[0] == buffers.input_ids.shape[0] == 6
+    assert batch.batch_size == 2 and batch.seq_lens.tolist() == [graphs.SEQ_LEN_FILL_VALUE] * 2
+
+
+def _target_verify_graphs(side) -> list:
+    return [c for (_, mode), c in side.graphs.items() if mode == TARGET_VERIFY]
+
+
+def _verify_snapshots(replays: bool, monkeypatch, index: int) -> tuple[list, object]:
+    """An engine of the leg's ``index`` (the target model's canary) after the warm-up, then
+    target verifies replaying graphs (or run eagerly: ``replays``), a request finished and
+    another admitted and prefilled where none has room; SGLang's canary buffers, ring and write
+    index after each step (each step compared with the reference as the leg compares it)."""
+    monkeypatch.setattr(manager_run.ManagerRun, "replays_graphs", replays)
+    config = manager_run.histories.engine_config(index, eagle_offset=0)
+    trial = trials.start(config, through_sglang=True)
+    engine, side = trial.engine, trial.side
+    seen = []
+    for k in range(VERIFY_STEPS):
+        step = engine.target_verify(GRAPH_DRAFT_TOKENS, k, k % 3, graph=True)
+        if step is None:
+            engine.finish(0)
+            engine.admit(2 + k % 3)
+            step = engine.prefill(config.context_len)
+        if step is not None:
+            trial.run(step)
+            seen.append(
+                (
+                    [side.canary_buf(key).numpy().copy() for key in side.worlds],
+                    side.made.violation_ring.numpy().copy(),
+                    side.index(),
+                )
+            )
+    monkeypatch.undo()
+    return seen, side
+
+
+@pytest.mark.parametrize("index", [0, 4])  # pages of 1 slot, no window; pages of 2, a window
+def test_a_target_verify_replay_changes_the_canary_as_an_eager_run(index, monkeypatch):
+    """Target verifies that replay captured TARGET_VERIFY graphs (their padding rows at the
+    tail, ``draft_token_num`` tokens each; a graph replayed again after other steps) leave
+    SGLang's canary buffers and ring, after every step, as the same steps run eagerly; both
+    equal the reference after every step."""
+    replayed, side = _verify_snapshots(True, monkeypatch, index)
+    verify = _target_verify_graphs(side)
+    assert sum(c.replays for c in verify) >= 3 and max(c.replays for c in verify) >= 2, [
+        c.replays for c in verify
+    ]
+    eager, _ = _verify_snapshots(False, monkeypatch, index)
+    assert _equal(replayed, eager)
+
+
+def test_a_target_verify_graph_keeps_its_captured_draft_count(monkeypatch):
+    """The capture read ``spec_info.draft_token_num`` to the host (``PlanInput``, the token
+    oracle manager): a replay over a live batch whose ``spec_info`` says another count still
+    plans the captured count per row and gathers no expected token ([21]), and runs none of
+    SGLang's Python; an eager call on the same live batch plans the live count and its valid
+    lengths."""
+    _, side = _verify_snapshots(True, monkeypatch, 0)
+    captured = max(_target_verify_graphs(side), key=lambda c: c.replays)
+    bs = int(captured.buffers.req_pool_indices.shape[0])
+    drafts = captured.batch.spec_info.draft_token_num
+    engine = side.engine
+    room = engine.config.context_len - drafts
+    live = [r for r in engine.running.values() if 0 < r.written <= room][:bs]
+    assert live, "the history ends with no running request that wrote and has room"
+    rows = torch.tensor([r.row for r in live])
+    seq_lens = torch.tensor([r.written for r in live])
+    positions = torch.cat([torch.arange(w, w + drafts - 1) for w in seq_lens.tolist()])
+    batch = dataclasses.replace(
+        captured.batch, req_pool_indices=rows, seq_lens=seq_lens, positions=positions,
+        req_all_ids_lens=torch.tensor([len(r.tokens) for r in live]), batch_size=len(live),
+        rids_int=rows, input_ids=positions, out_cache_loc=torch.zeros_like(positions),
+        spec_info=standins.SpecInfoStandIn(draft_token_num=drafts - 1),
+    )  # fmt: skip
+    side.table.copy_(torch.from_numpy(engine.req_to_token))
+    captured.buffers.fill_from(batch, len(live), int(positions.shape[0]))
+    runtime = loading.runtime()
+    monkeypatch.setattr(runtime.plan_input.PlanInput, "fill_from_forward_batch", _python_ran)
+    with loading.cpu_only():
+        captured.manager.pre_ops_outside_graph(maybe_inaccurate_forward_batch=batch)
+        made = captured.pre.replay()
+        monkeypatch.undo()
+        eager = runtime.plan_input.PlanInput.allocate(bs_capacity=len(live), device="cpu")
+        eager.fill_from_forward_batch(forward_batch=batch)
+    offsets = made.write_plans[0].write_offsets[: len(live) + 1]
+    assert torch.diff(offsets).tolist() == [drafts] * len(live), offsets
+    assert eager.extend_seq_lens.tolist() == [drafts - 1] * len(live)
+    n = int(made.verify_plans[0].verify_num_valid[0])
+    assert n > 0 and (made.verify_plans[0].verify_expected_tokens[:n] == -1).all()
+    assert eager.req_to_verify_expected_tokens_valid_lens.tolist() == [len(r.tokens) for r in live]
+
+
+def test_replayed_dues_promise_only_what_a_replay_can_report():
+    """Under [21] a due needing all its bits loses ``TOKEN``, one of ``TOKEN`` alone is
+    dropped, and so is one that any of its bits meets where ``TOKEN`` is among them (a record
+    differing in its token alone is seen by no check a replay makes at its slot); each changed
+    due is counted, and a due without ``TOKEN`` is kept as it is."""
+    token, chain = graphs.TOKEN, int(reference.FailReason.VERIFY_CHAIN_HASH_MISMATCH)
+    dues = [
+        Due(slot=5, bits=chain | token), Due(slot=5, bits=token), Due(slot=-1, bits=chain | token),
+        Due(slot=6, bits=chain | token, any_of=True), Due(slot=7, bits=chain),
+    ]  # fmt: skip
+    counted = [0]
+    assert graphs.replayed_dues(dues, counted) == [Due(slot=5, bits=chain), Due(slot=7, bits=chain)]
+    assert counted == [4]
+    assert graphs.replayed_dues(None, counted) is None
