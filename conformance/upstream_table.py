@@ -303,6 +303,28 @@ DIVERGENCES: dict[int, Divergence] = {
         "repro_21_graph_replay_skips_token_check.py",
         ("0.5.13", "0.5.23"),
     ),
+    22: Divergence(
+        "with the write's input assert on, EAGLE's draft model cannot run its canary: the model "
+        "runner gives a draft worker no token oracle, and its draft extend asks for one",
+        "core",
+        "With `SGLANG_KV_CANARY_ENABLE_WRITE_INPUT_ASSERT` on (the `token_oracle` sampling "
+        "backend) and EAGLE speculative decoding, the draft model's canary raises "
+        "`RuntimeError: kv-canary: enable_write_input_assert=True requires a "
+        "TokenOracleManager` at its first `DRAFT_EXTEND_V2` launch. `ModelRunner."
+        "init_token_oracle` sets a draft worker's token oracle manager to None (the oracle "
+        "sampler is process-wide), `install_canary` passes that to the draft model's "
+        "`CanaryManager`, and `SingleForwardManager` switches the input assert off for the "
+        "draft model's decodes only; neither refuses the combination at startup. EAGLE's "
+        "worker (`speculative/eagle_worker_v2.py`, read, not run here) makes a draft extend "
+        "after each prefill and each verify, so such a server does not serve, no EAGLE server "
+        "checks its written tokens, and [20] is never reached on one. Up to 0.5.17 every model "
+        "runner, the draft's too, installed the oracle. The script runs `init_token_oracle` "
+        "and `SingleForwardManager`'s input-assert decision and oracle check from their "
+        "source; the per-forward leg (`conformance/sglang_manager.py`) still gives the draft "
+        "model's manager a token oracle, which SGLang's server never does.",
+        "repro_22_draft_runner_has_no_token_oracle.py",
+        ("0.5.18", "0.5.23"),
+    ),
 }
 
 
