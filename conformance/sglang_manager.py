@@ -25,8 +25,16 @@ the reports SGLang's runtime makes it counts which of its checks fired in which 
 (``conformance.sglang.fired``; ``conformance/README.md`` keeps today's table, with why each
 cell that never fires cannot).
 
+Each manager gets the token oracle SGLang's ``ModelRunner.init_token_oracle`` gives its runner
+(``conformance.sglang.wiring``, run from the release's source): from 0.5.18 a draft worker gets
+none, and the draft model's canary with the write's input assert on raises at its first forward
+that is not a decode ([22] of ``docs/UPSTREAM.md``, which the leg shows once on a draft model's
+history and expects where [22]'s script reproduces it); the draft model's histories and trials
+then run with the assert off, as an EAGLE server must (``wiring.servable``).
+
 One place is left out of the comparison, counted: SGLang's reports of the divergence [20] of
-``docs/UPSTREAM.md`` (the draft model's draft extend), on both sides. And one divergence
+``docs/UPSTREAM.md`` (the draft model's draft extend, where its runner has a token oracle and
+so its input assert on), on both sides. And one divergence
 changes what the reference is given, counted: a replayed graph's captured ``PlanInput`` takes
 no expected-token valid lengths ([21]), so the reference plans a replayed step with those
 lengths 0, as the graph does (the verify entries whose token goes unchecked are counted), and
@@ -105,10 +113,10 @@ import sys
 from collections import Counter
 
 from conformance import upstream
-from conformance.sglang import loading
+from conformance.sglang import loading, wiring
 from conformance.sglang.fired import fired_table, readme_never_cells, table_problems
 from conformance.sglang.histories import REQUIRED
-from conformance.sglang.manager_run import logged_problems, run_history
+from conformance.sglang.manager_run import draft_input_assert_refusal, logged_problems, run_history
 from conformance.sglang.trials import fault_trial, shared_prefix_trial
 from engine_model import faults
 from engine_model.vocabulary import (
@@ -132,6 +140,9 @@ SHARED_PREFIX_TRIALS = 4
 DRAFT_EXTEND_DIVERGENCE = 20
 #: The divergence of ``docs/UPSTREAM.md`` whose checks a replayed graph never makes, counted.
 GRAPH_TOKEN_DIVERGENCE = 21
+#: The divergence of ``docs/UPSTREAM.md`` that stops the draft model's canary with the input
+#: assert on (its runner has no token oracle), shown once.
+DRAFT_RUNNER_DIVERGENCE = 22
 
 
 def _positive(text: str) -> int:
@@ -229,7 +240,8 @@ def _fault_trials(trials: int) -> tuple[Counter, list[str]]:
 def _upstream_problems(fired: Counter, counts: Counter) -> list[str]:
     """The README's table of fired checks, on the release it was made on (a cell it says cannot
     fire never does, and every other cell fires), and [20] and [21] as expectations: present on
-    the releases their scripts reproduce on (for [21], in the replays of both modes a runner
+    the releases their scripts reproduce on ([20] only where the draft's runner has a token
+    oracle, :mod:`conformance.sglang.wiring`) (for [21], in the replays of both modes a runner
     captures, DECODE and TARGET_VERIFY), so that a fix upstream shows as an unexpected pass,
     and absent elsewhere."""
     problems = []
@@ -239,6 +251,8 @@ def _upstream_problems(fired: Counter, counts: Counter) -> list[str]:
         problems += table_problems(fired, cannot)
     for tag, what in ((DRAFT_EXTEND_DIVERGENCE, "reports"), (GRAPH_TOKEN_DIVERGENCE, "entries")):
         expected = upstream.reproduces_on(tag, version)
+        if tag == DRAFT_EXTEND_DIVERGENCE and expected:  # the draft's assert needs its oracle
+            expected = wiring.runner_gets_token_oracle(True)
         seen = counts[str(tag)]
         if expected is not None and (seen > 0) != expected:
             problems.append(
@@ -252,6 +266,24 @@ def _upstream_problems(fired: Counter, counts: Counter) -> list[str]:
             if not counts[f"unchecked {mode}"]
         ]
     return problems
+
+
+def _draft_refusal_problems() -> list[str]:
+    """The draft model's history with the write's input assert on, its runner wired as SGLang's
+    ``ModelRunner`` wires it, printed: the ``RuntimeError`` of [22] where its script reproduces
+    it (the leg runs the draft model's histories with the assert off there, as a server must),
+    else none."""
+    refusal = draft_input_assert_refusal()
+    oracle = "a token oracle" if wiring.runner_gets_token_oracle(True) else "no token oracle"
+    print(f"the draft model's canary with the input assert on, its runner given {oracle} as "
+          f"SGLang's ModelRunner gives it: {refusal or 'runs through'}")  # fmt: skip
+    version = upstream.installed_version()
+    expected = upstream.reproduces_on(DRAFT_RUNNER_DIVERGENCE, version)
+    if expected is None or (refusal is not None) == expected:
+        return []
+    seen = "expected but not seen" if expected else "seen but not expected"
+    what = refusal or "the draft model ran with the assert on"
+    return [f"[{DRAFT_RUNNER_DIVERGENCE}] {seen} on sglang {version}: {what}"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,7 +304,9 @@ def main(argv: list[str] | None = None) -> int:
         f"sglang {upstream.installed_version()}: SGLang's per-forward runtime against the reference"
     )
     never, counts = _correct_histories(options.histories)
-    fired, problems = _fault_trials(options.trials)
+    problems = _draft_refusal_problems()
+    fired, trial_problems = _fault_trials(options.trials)
+    problems += trial_problems
     problems += [f"the correct histories never reached {m}" for m in never]
     problems += _upstream_problems(fired, counts)
     for line in problems:

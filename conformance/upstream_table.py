@@ -268,9 +268,11 @@ DIVERGENCES: dict[int, Divergence] = {
         "has the EAGLE offset 1: its input at position p is the token of p + 1. A draft extend "
         "fed so is reported `WRITE_TOKEN_MISMATCH` at every token of a correct history: the "
         "per-forward leg (`conformance/sglang_manager.py`) meets it in every draft extend of "
-        "its engine histories, on every release, and leaves those reports out of its "
-        "comparison. Whether EAGLE's draft worker gives that forward such input ids is not "
-        "established here (the worker is not run).",
+        "its engine histories on the releases whose model runner gives the draft worker a "
+        "token oracle (up to 0.5.17), and leaves those reports out of its comparison; from "
+        "0.5.18 the draft worker has none, and its canary cannot run with the input assert "
+        "on at all ([22]). Whether EAGLE's draft worker gives that forward such input ids is "
+        "not established here (the worker is not run).",
         "repro_20_draft_extend_expects_the_position_itself.py",
         ("0.5.13", "0.5.23"),
     ),
@@ -320,8 +322,10 @@ DIVERGENCES: dict[int, Divergence] = {
         "checks its written tokens, and [20] is never reached on one. Up to 0.5.17 every model "
         "runner, the draft's too, installed the oracle. The script runs `init_token_oracle` "
         "and `SingleForwardManager`'s input-assert decision and oracle check from their "
-        "source; the per-forward leg (`conformance/sglang_manager.py`) still gives the draft "
-        "model's manager a token oracle, which SGLang's server never does.",
+        "source; the per-forward leg (`conformance/sglang_manager.py`) gives each manager "
+        "what `init_token_oracle` gives its runner, shows the `RuntimeError` on a draft "
+        "model's history with the assert on, and runs the draft model's histories with the "
+        "assert off.",
         "repro_22_draft_runner_has_no_token_oracle.py",
         ("0.5.18", "0.5.23"),
     ),

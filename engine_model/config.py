@@ -35,8 +35,9 @@ class EngineConfig:
     ``req_to_token`` (row 0 is padding) of ``context_len`` positions each, a sliding window of
     ``swa_window`` positions (0: full attention), the EAGLE ``offset`` (0 or 1), the hash
     ``mode`` (the canary's real_kv_hash_mode: 0 NONE, 1 PARTIAL, 2 ALL), the ``seed`` of every
-    token, KV byte and stale value, and under a window the ``swa_slots`` of the SWA pool (slot 0 the
-    padding slot; 0: as many as the full pool)::
+    token, KV byte and stale value, under a window the ``swa_slots`` of the SWA pool (slot 0 the
+    padding slot; 0: as many as the full pool), and whether the write's input assert is on
+    (``write_input_assert``)::
 
         EngineConfig(page_size=2, num_pages=16, pool_rows=5, context_len=16, swa_window=6,
                      offset=1, mode=1, seed=7, swa_slots=20)
@@ -53,6 +54,9 @@ class EngineConfig:
     mode: int = int(RealKvHashMode.ALL)
     seed: int = 1  # of every token, KV byte and stale value
     swa_slots: int = 0  # slots of the SWA pool under a window (0: those of the full pool)
+    #: the canary's write input assert (``enable_write_input_assert``): False, off in every
+    #: forward (True: on, but where the engine's forwards turn it off)
+    write_input_assert: bool = True
 
     def __post_init__(self) -> None:
         _check_int("page_size", self.page_size, 1)
@@ -63,6 +67,8 @@ class EngineConfig:
         _check_int("swa_slots", self.swa_slots, 0)
         if self.swa_slots and not 2 <= self.swa_slots <= self.num_slots:
             raise ValueError(f"swa_slots must be 0 or 2 to num_slots: {self!r}")
+        if not isinstance(self.write_input_assert, bool):
+            raise ValueError(f"write_input_assert must be a bool: {self!r}")
         if self.offset not in (0, 1) or self.mode not in tuple(RealKvHashMode):
             raise ValueError(f"offset must be 0 or 1 and mode 0, 1 or 2: {self!r}")
 

@@ -48,8 +48,13 @@ class Forwards(Allocators):
         lens = self._batch_rows(forward_kind, batch, pad, graph)
         written = self._written_tokens(batch, forward_mode)
         # the write's input assert is off in every decode of the draft model (the EAGLE
-        # offset), as SGLang's SingleForwardManager turns it off (is_eagle_draft_decode)
-        assert_off = bool(self._draft) or self._draft_model_decode(forward_mode)
+        # offset), as SGLang's SingleForwardManager turns it off (is_eagle_draft_decode), and
+        # everywhere in an engine configured without it
+        assert_off = (
+            not self.config.write_input_assert
+            or bool(self._draft)
+            or self._draft_model_decode(forward_mode)
+        )
         bs = len(batch) + pad
         # padding rows stand anywhere in the batch; a graph's at the tail
         order = np.arange(bs) if graph else self.rng.permutation(bs)
@@ -82,6 +87,7 @@ class Forwards(Allocators):
         )
         if forward.tail_write:
             self.hooks.positions_fault_made = {g.group: int(g.out_cache_loc[0]) for g in groups}
+            self.hooks.positions_fault_seen = not assert_off or int(positions[0]) > 0
         self._after_forward(batch)
         self.log.append(
             f"{forward_kind}: "

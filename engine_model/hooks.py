@@ -32,6 +32,9 @@ class EngineHooks:
     #: the canary slot, in each buffer group, of the position the positions fault moved (None:
     #: no forward came since it was armed)
     positions_fault_made: dict[str, int] | None = None
+    #: whether a check can see the moved position: the forward's input assert is on, or the
+    #: moved token's chain has a predecessor whose position the write's chain check compares
+    positions_fault_seen: bool = True
     #: a fault of the next target verify's accept: it keeps one rejected draft as accepted
     accept_fault: bool = False
     #: ``(request, position kept, step)`` of the draft the accept fault kept, once made

@@ -21,7 +21,7 @@ import reference
 from conformance import driver
 from conformance.driver import ReferenceSide
 from conformance.engine_support import BITS, KIND, SLOT, TAGS, ImplRun, OracleRun
-from conformance.sglang import graphs, histories, loading
+from conformance.sglang import graphs, histories, loading, wiring
 from conformance.sglang.standins import (
     EngineTokenOracle,
     ManagerBatchStandIn,
@@ -161,7 +161,7 @@ class ManagerRun(ImplRun):
         return cfg_mod.CanaryConfig(
             mode=cfg_mod.CanaryMode.LOG, ring_capacity=self.made.violation_ring.shape[0],
             sweep_interval=1, real_kv_hash_mode=self.mods.adapter.RealKvHashMode(c.mode),
-            enable_write_input_assert=True,
+            enable_write_input_assert=self.engine.config.write_input_assert,
             enable_verify_token_assert=self.engine.pool is not None, stats_print_every_n_steps=0,
         )  # fmt: skip
 
@@ -220,7 +220,12 @@ class ManagerRun(ImplRun):
     def _new_manager(self, verify: int, reqs: int, entries: int, draft: bool):
         mods = self.mods
         c = self.engine.config
-        token_oracle = mods.token_oracle.oracle_manager.TokenOracleManager(oracle=self.oracle)
+        # what SGLang's ModelRunner gives the runner: none to a draft worker from 0.5.18 ([22])
+        token_oracle = (
+            mods.token_oracle.oracle_manager.TokenOracleManager(oracle=self.oracle)
+            if wiring.runner_gets_token_oracle(draft)
+            else None
+        )
         return mods.manager.SingleForwardManager(
             config=self.config, device=self.device, device_state=self.device_state,
             buffer_groups=self.groups, endpoints=self.endpoints,
@@ -496,7 +501,7 @@ def run_history(index: int, steps: int = histories.STEPS) -> ManagerRun:
     """History ``index`` of :func:`conformance.sglang.histories.history` on SGLang's runtime
     and the reference, compared after every step (an ``AssertionError`` names the first step
     where they differ); the runtime side, with its counts."""
-    engine = Engine(histories.engine_config(index))
+    engine = Engine(wiring.servable(histories.engine_config(index)))
     reference_run = OracleRun(engine)
     side = ManagerRun(engine, reference_run)
     run = functools.partial(side.run, reference_run)
@@ -511,3 +516,26 @@ def run_history(index: int, steps: int = histories.STEPS) -> ManagerRun:
     logged = logged_problems(side)
     assert not logged, f"history {index}: {logged}"
     return side
+
+
+#: The draft model's history that :func:`draft_input_assert_refusal` runs (one with the offset).
+DRAFT_HISTORY = 6
+
+
+def draft_input_assert_refusal(index: int = DRAFT_HISTORY) -> str | None:
+    """The draft model's history ``index`` (the EAGLE offset) with the write's input assert on,
+    each manager given what SGLang's ``ModelRunner`` gives a draft worker
+    (:func:`wiring.runner_gets_token_oracle`): the ``RuntimeError`` SGLang's runtime raises
+    (the step and the message), or None when the history runs through ([22])."""
+    config = dataclasses.replace(
+        histories.engine_config(index, eagle_offset=1), write_input_assert=True
+    )
+    engine = Engine(config)
+    reference_run = OracleRun(engine)
+    side = ManagerRun(engine, reference_run)
+    try:
+        histories.history(index, histories.STEPS, run=functools.partial(side.run, reference_run),
+                          engine=engine)  # fmt: skip
+    except RuntimeError as error:
+        return f"step {engine.steps} ({engine.log[-1]}): {error}"
+    return None

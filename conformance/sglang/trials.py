@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from conformance.engine_support import OracleRun, inject_and_settle, warm_up
-from conformance.sglang import graphs, loading
+from conformance.sglang import graphs, loading, wiring
 from conformance.sglang.histories import SEEDS, engine_config, hash_mode
 from conformance.sglang.manager_run import ManagerRun, logged_problems
 from conformance.sglang.standins import (
@@ -94,8 +94,8 @@ class Trial:
 def start(config: EngineConfig, *, through_sglang: bool = False) -> Trial:
     """An engine of ``config`` after its warm-up, run on the reference, and ``through_sglang``
     on SGLang's per-forward runtime beside it (the warm-up's decode without padding rows amid
-    its batch, as SGLang makes them)."""
-    engine = Engine(config)
+    its batch, as SGLang makes them; the engine as a server runs it, :func:`wiring.servable`)."""
+    engine = Engine(wiring.servable(config) if through_sglang else config)
     reference_run = OracleRun(engine)
     if not through_sglang:
         warm_up(engine, reference_run.forward_or_sweep)

@@ -212,8 +212,10 @@ class PositionsMoved(FaultClass):
     """The model of the next forward moves its first token's position in place (SGLang has an
     option for a model that mutates ``positions``) after the ``HEAD`` launches: the ``TAIL``
     write of each group stores that token's record with the moved position, and reports it with
-    ``WRITE_POSITION`` (the expected input positions were taken before the forward); the
-    ``HEAD`` launches saw the positions as planned. Every hash mode and forward mode sees it."""
+    ``WRITE_POSITION`` (the expected input positions were taken before the forward, and the
+    chain's position check compares it with its predecessor's); the ``HEAD`` launches saw the
+    positions as planned. Every hash mode and forward mode sees it, but a forward without the
+    input assert (an engine configured so) whose moved token starts its request's chain."""
 
     name = "positions_moved"
     description = "the forward moves a token's position before the TAIL launches"
@@ -234,6 +236,8 @@ class PositionsMoved(FaultClass):
         made, engine.hooks.positions_fault = engine.hooks.positions_fault_made, None
         if made is None:
             return None  # no forward came
+        if not engine.hooks.positions_fault_seen:
+            return []  # the input assert off, and no predecessor for the chain to compare
         return [
             Due(slot, FailReason.WRITE_POSITION_MISMATCH, tags=tags(group, TAIL))
             for group, slot in made.items()

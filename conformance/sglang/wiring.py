@@ -1,0 +1,86 @@
+"""What SGLang's model runner gives each runner's canary, decided by SGLang's own code: whether a
+runner (the target model's, or EAGLE's draft model's) gets a token oracle manager, and so
+whether its canary can run with the write's input assert on.
+
+``ModelRunner.init_token_oracle`` (``srt/model_executor/model_runner.py``) sets the runner's
+``_token_oracle_manager``, which ``install_canary`` hands to its ``CanaryManager``; from
+0.5.18 it gives a draft worker none ("the oracle sampler is process-wide"). Releases up to
+0.5.15 have no such method: ``ModelRunner.initialize`` installs it for every runner.
+:func:`runner_gets_token_oracle` runs the installed release's method from its source on a
+stand-in runner (the module imports SGLang's serving stack), with ``install_token_oracle_from_env``
+returning a manager, as it does with the ``token_oracle`` sampling backend that the input
+assert needs; on a release without the method it requires a method of ``ModelRunner`` to call
+``install_token_oracle_from_env`` under no branch.
+
+A draft model's ``SingleForwardManager`` without an oracle raises ``RuntimeError`` at its first
+launch with the input assert on that is not a decode (the divergence [22] of
+``docs/UPSTREAM.md``): a server with EAGLE on serves only with the input assert off. The
+per-forward leg gives each manager what this says, and runs the draft model's histories in the
+configuration SGLang serves (:func:`servable`).
+"""
+
+from __future__ import annotations
+import __future__
+
+import ast
+import dataclasses
+import functools
+import types
+from pathlib import Path
+
+from conformance.sglang import loading
+from engine_model import EngineConfig
+
+__all__ = ["model_runner_file", "runner_gets_token_oracle", "servable"]
+
+
+def model_runner_file() -> Path:
+    return loading.sglang_root() / "srt" / "model_executor" / "model_runner.py"
+
+
+def _model_runner(tree: ast.Module) -> ast.ClassDef:
+    return next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelRunner")
+
+
+@functools.cache
+def runner_gets_token_oracle(is_draft_worker: bool, path: Path | None = None) -> bool:
+    """Whether SGLang's ``ModelRunner`` (of ``path``, by default the installed release's) leaves a
+    runner (a draft worker's, or the target model's) a token oracle manager when the
+    ``token_oracle`` sampling backend is on."""
+    path = path or model_runner_file()
+    runner_class = _model_runner(ast.parse(path.read_text()))
+    methods = {n.name: n for n in runner_class.body if isinstance(n, ast.FunctionDef)}
+    if "init_token_oracle" not in methods:  # a release up to 0.5.15
+        unconditional = [
+            name
+            for name, method in methods.items()
+            for statement in method.body  # a statement of the method itself, under no branch
+            for node in ast.walk(statement)
+            if not isinstance(statement, (ast.If, ast.For, ast.While, ast.Try, ast.With))
+            and isinstance(node, ast.Call)
+            and getattr(node.func, "id", "") == "install_token_oracle_from_env"
+        ]
+        if not unconditional:
+            raise LookupError(f"{path}: ModelRunner installs no token oracle for every runner")
+        return True  # installed by a method every runner runs (``initialize``)
+    method = methods["init_token_oracle"]
+    method.decorator_list = []
+    installed = object()
+    scope: dict = {"install_token_oracle_from_env": lambda **kwargs: installed}
+    flags = __future__.annotations.compiler_flag
+    exec(compile(ast.Module(body=[method], type_ignores=[]), str(path), "exec", flags=flags), scope)
+    runner = types.SimpleNamespace(
+        is_draft_worker=is_draft_worker,
+        model_config=types.SimpleNamespace(vocab_size=2),
+        server_args=types.SimpleNamespace(),
+    )
+    scope["init_token_oracle"](runner)
+    return runner._token_oracle_manager is installed
+
+
+def servable(config: EngineConfig) -> EngineConfig:
+    """``config`` as a server can run it: the draft model's (the EAGLE offset) with the write's
+    input assert off where its runner gets no token oracle ([22]), else as it is."""
+    if config.offset == 1 and not runner_gets_token_oracle(True):
+        return dataclasses.replace(config, write_input_assert=False)
+    return config
