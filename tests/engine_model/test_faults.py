@@ -63,3 +63,27 @@ def test_every_class_is_one_whole_object(kind):
     assert cls.changes_kv == (kind in KV_FAULTS)
     assert not (cls.flips_byte and not cls.changes_kv)
     assert not (cls.unseeable and cls.changes_kv), "a class that changes KV is seen in ALL"
+
+
+@pytest.mark.parametrize("write_input_assert", [True, False])
+def test_a_moved_position_is_due_where_a_check_can_see_it(write_input_assert):
+    """``positions_moved`` predicts its ``WRITE_POSITION`` where the write's input assert is on,
+    or where the moved token has a predecessor for the chain's position check: a fresh
+    request's first token, moved in an engine without the assert, is due nowhere."""
+    from engine_model import Engine, EngineConfig
+    from reference import FailReason
+
+    cls = FAULTS["positions_moved"]
+    engine = Engine(EngineConfig(write_input_assert=write_input_assert, seed=5))
+    engine.admit(3)
+    fault = cls.make(engine, 0, 0)
+    assert fault is not None
+    assert engine.prefill(3) is not None  # the fresh request's first token moves
+    dues = cls.due_after_settle(engine, fault)
+    assert dues is not None and (len(dues) > 0) == write_input_assert, dues
+    fault = cls.make(engine, 0, 0)
+    assert fault is not None
+    assert engine.decode() is not None  # a decode's token follows the request's last
+    dues = cls.due_after_settle(engine, fault)
+    moved = int(FailReason.WRITE_POSITION_MISMATCH)
+    assert dues and all(int(d.bits) & moved for d in dues), dues
