@@ -343,13 +343,23 @@ def inject_and_settle(
     if due is None or later is None:
         return fault, [], steps[1]  # nothing promised
     dues, silent = due
-    problems = missing(dues + later, oracle.rows(since), fault)
+    problems = missing(swept_dues(engine, dues + later), oracle.rows(since), fault)
     if silent and oracle.index != since:
         problems.append(
             f"{oracle.index - since} reports, none due: mode {engine.config.mode} cannot see "
             f"{fault.what}"
         )
     return fault, problems, steps[1]
+
+
+def swept_dues(engine: Engine, dues: list[Due]) -> list[Due]:
+    """The dues an engine's canary can meet: all of them, but where it sweeps no cache
+    (``EngineConfig.cache_swept``: the draft model's, in the per-forward leg) a due that a
+    sweep may meet (its launch tags include a ``SWEEP`` one) is not promised."""
+    if engine.config.cache_swept:
+        return dues
+    sweeps = {int(t) for t in reference.CanaryLaunchTag if t.name.startswith(SWEEP)}
+    return [due for due in dues if not set(due.tags) & sweeps]
 
 
 def _graph_step(engine: Engine, pick: int, verify: bool) -> Forward | None:

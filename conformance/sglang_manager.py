@@ -30,7 +30,10 @@ Each manager gets the token oracle SGLang's ``ModelRunner.init_token_oracle`` gi
 none, and the draft model's canary with the write's input assert on raises at its first forward
 that is not a decode ([22] of ``docs/UPSTREAM.md``, which the leg shows once on a draft model's
 history and expects where [22]'s script reproduces it); the draft model's histories and trials
-then run with the assert off, as an EAGLE server must (``wiring.servable``).
+then run with the assert off, as an EAGLE server must, and without a cache sweep: SGLang's
+scheduler attaches its radix cache to the target model's canary alone (``wiring.servable``,
+``wiring.radix_cache_owner``), so a fault trial of the draft model promises no report a sweep
+would make (``conformance.engine_support.swept_dues``).
 
 One place is left out of the comparison, counted: SGLang's reports of the divergence [20] of
 ``docs/UPSTREAM.md`` (the draft model's draft extend, where its runner has a token oracle and

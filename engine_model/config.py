@@ -57,6 +57,9 @@ class EngineConfig:
     #: the canary's write input assert (``enable_write_input_assert``): False, off in every
     #: forward (True: on, but where the engine's forwards turn it off)
     write_input_assert: bool = True
+    #: whether the canary sweeps the prefix cache (False: never, as SGLang's scheduler gives
+    #: the draft model's canary no radix cache to sweep)
+    cache_swept: bool = True
 
     def __post_init__(self) -> None:
         _check_int("page_size", self.page_size, 1)
@@ -67,8 +70,8 @@ class EngineConfig:
         _check_int("swa_slots", self.swa_slots, 0)
         if self.swa_slots and not 2 <= self.swa_slots <= self.num_slots:
             raise ValueError(f"swa_slots must be 0 or 2 to num_slots: {self!r}")
-        if not isinstance(self.write_input_assert, bool):
-            raise ValueError(f"write_input_assert must be a bool: {self!r}")
+        if not isinstance(self.write_input_assert, bool) or not isinstance(self.cache_swept, bool):
+            raise ValueError(f"write_input_assert and cache_swept must be bools: {self!r}")
         if self.offset not in (0, 1) or self.mode not in tuple(RealKvHashMode):
             raise ValueError(f"offset must be 0 or 1 and mode 0, 1 or 2: {self!r}")
 

@@ -175,7 +175,10 @@ class PrefixCache(Allocators):
 
     def sweep(self) -> Sweep | None:
         """Every slot the cache holds, as each group's verify plan entries (translated, like
-        SGLang's radix sweep; an evicted SWA slot is 0, which verify skips)."""
+        SGLang's radix sweep; an evicted SWA slot is 0, which verify skips); None where the
+        cache is empty or the canary sweeps none (``EngineConfig.cache_swept``)."""
+        if not self.config.cache_swept:
+            return None
         full, positions = [], []
         for entry in self.cache:
             full.append(self.cached_full_slots(entry))

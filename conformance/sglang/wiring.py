@@ -31,7 +31,13 @@ from pathlib import Path
 from conformance.sglang import loading
 from engine_model import EngineConfig
 
-__all__ = ["model_runner_file", "runner_gets_token_oracle", "servable"]
+__all__ = [
+    "model_runner_file",
+    "radix_cache_owner",
+    "runner_gets_token_oracle",
+    "scheduler_file",
+    "servable",
+]
 
 
 def model_runner_file() -> Path:
@@ -79,8 +85,63 @@ def runner_gets_token_oracle(is_draft_worker: bool, path: Path | None = None) ->
 
 
 def servable(config: EngineConfig) -> EngineConfig:
-    """``config`` as a server can run it: the draft model's (the EAGLE offset) with the write's
-    input assert off where its runner gets no token oracle ([22]), else as it is."""
-    if config.offset == 1 and not runner_gets_token_oracle(True):
-        return dataclasses.replace(config, write_input_assert=False)
-    return config
+    """``config`` as a server runs it: the draft model's (the EAGLE offset) without a sweep of
+    the prefix cache (SGLang's scheduler attaches its radix cache to the target model's canary
+    alone, :func:`radix_cache_owner`) and with the write's input assert off where its runner
+    gets no token oracle ([22]); the target model's as it is."""
+    if config.offset != 1:
+        return config
+    return dataclasses.replace(
+        config,
+        cache_swept=radix_cache_owner() != TARGET_RUNNER_MANAGER,
+        write_input_assert=runner_gets_token_oracle(True),
+    )
+
+
+#: The scheduler's target model runner's canary manager (its ``tp_worker`` runs the target).
+TARGET_RUNNER_MANAGER = ("self", "tp_worker", "model_runner", "canary_manager")
+
+
+def scheduler_file() -> Path:
+    return loading.sglang_root() / "srt" / "managers" / "scheduler.py"
+
+
+@functools.cache
+def radix_cache_owner(path: Path | None = None) -> tuple[str, ...]:
+    """Whose canary manager SGLang's scheduler (of ``path``, by default the installed
+    release's) attaches its radix cache to, as the attribute chain of every
+    ``attach_radix_cache`` call's owner: ``("self", "tp_worker", "model_runner",
+    "canary_manager")`` is the target model's runner's (the scheduler's ``tp_worker``), the
+    only one a release attaches to."""
+    tree = ast.parse((path or scheduler_file()).read_text())
+    owners = set()
+    aliases: dict[str, tuple[str, ...]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.NamedExpr) and isinstance(node.target, ast.Name):
+            aliases[node.target.id] = _chain(node.value)
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name):
+                aliases[target.id] = _chain(node.value)
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "attach_radix_cache"
+        ):
+            chain = _chain(node.func.value)
+            owners.add(aliases.get(chain[0], chain) if len(chain) == 1 else chain)
+    if len(owners) != 1:
+        raise LookupError(f"the scheduler attaches radix caches to {sorted(owners)}")
+    return owners.pop()
+
+
+def _chain(node: ast.AST) -> tuple[str, ...]:
+    """``self.a.b`` as ``("self", "a", "b")`` (empty for anything else)."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return ()
+    return (node.id, *reversed(parts))

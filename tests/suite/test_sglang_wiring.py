@@ -9,9 +9,11 @@ import textwrap
 
 import pytest
 
-from conformance import upstream
+from conformance import engine_support, upstream
 from conformance.sglang import histories, manager_run, wiring
 from engine_model import Engine, EngineConfig
+from engine_model.faults import Due
+from engine_model.vocabulary import SWEEP_STEP
 
 RUNNER = """\
 class ModelRunner:
@@ -82,6 +84,7 @@ def test_the_draft_models_manager_has_the_oracle_its_runner_gets_and_runs_servab
     has = wiring.runner_gets_token_oracle(True)
     config = wiring.servable(histories.engine_config(6, eagle_offset=1))
     assert config.write_input_assert == has
+    assert not config.cache_swept
     side = manager_run.run_history(6, steps=8)
     assert side.managers, "no forward ran"
     for key, manager in side.managers.items():
@@ -98,8 +101,10 @@ def test_an_engine_without_the_input_assert_expects_no_inputs():
     assert forward is not None
     assert not forward.write["enable_write_input_assert"]
     assert forward.write["expected_input_tokens"] is None
-    with pytest.raises(ValueError, match="write_input_assert must be a bool"):
+    with pytest.raises(ValueError, match="write_input_assert and cache_swept must be bools"):
         EngineConfig(write_input_assert=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="write_input_assert and cache_swept must be bools"):
+        EngineConfig(cache_swept=0)  # type: ignore[arg-type]
 
 
 def test_the_draft_models_canary_with_the_input_assert_on_is_as_its_release_runs_it():
@@ -111,3 +116,51 @@ def test_the_draft_models_canary_with_the_input_assert_on_is_as_its_release_runs
     assert (refusal is not None) == bool(expected), refusal
     if refusal is not None:
         assert "enable_write_input_assert=True requires a TokenOracleManager" in refusal
+
+
+SCHEDULER = """\
+class Scheduler:
+    def init(self):
+{body}
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "owner"),
+    [
+        ("if (c := self.tp_worker.model_runner.canary_manager) is not None:\n"
+         "    c.attach_radix_cache(self.tree_cache)",
+         wiring.TARGET_RUNNER_MANAGER),
+        ("m = self.draft_worker.model_runner.canary_manager\nm.attach_radix_cache(self.tree_cache)",
+         ("self", "draft_worker", "model_runner", "canary_manager")),
+    ],
+    ids=["the target's (every release)", "the draft's"],
+)  # fmt: skip
+def test_the_radix_cache_goes_where_the_schedulers_code_attaches_it(tmp_path, body, owner):
+    path = tmp_path / "scheduler.py"
+    path.write_text(SCHEDULER.format(body=textwrap.indent(body, " " * 8)))
+    assert wiring.radix_cache_owner(path) == owner
+    bare = tmp_path / "scheduler_without_an_attach.py"
+    bare.write_text(SCHEDULER.format(body="        pass"))
+    with pytest.raises(LookupError, match="attaches radix caches to"):
+        wiring.radix_cache_owner(bare)
+
+
+def test_the_draft_models_canary_is_never_swept():
+    """SGLang's scheduler attaches its radix cache to the target model's canary alone (the
+    installed release's code says so): a draft model's engine as the leg runs it sweeps nothing,
+    its history has no sweep step, and no due a sweep could meet is promised there."""
+    assert wiring.radix_cache_owner() == wiring.TARGET_RUNNER_MANAGER
+    config = wiring.servable(histories.engine_config(6, eagle_offset=1))
+    engine = Engine(config)
+    engine.admit(3)
+    engine.prefill(3)
+    engine.cache_prefix(next(iter(engine.running.values())))
+    assert engine.cache and engine.sweep() is None
+    side = manager_run.run_history(6, steps=20)
+    assert str(SWEEP_STEP) not in side.step_counts
+    sweep_tag = int(engine_support.TAGS[("FULL", "SWEEP")])
+    tail_tag = int(engine_support.TAGS[("FULL", "TAIL")])
+    dues = [Due(3, 1, tags=frozenset({sweep_tag})), Due(4, 1, tags=frozenset({tail_tag}))]
+    assert engine_support.swept_dues(engine, dues) == dues[1:]
+    assert engine_support.swept_dues(Engine(EngineConfig()), dues) == dues
