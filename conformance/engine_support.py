@@ -358,7 +358,7 @@ def swept_dues(engine: Engine, dues: list[Due]) -> list[Due]:
     sweep may meet (its launch tags include a ``SWEEP`` one) is not promised."""
     if engine.config.cache_swept:
         return dues
-    sweeps = {int(t) for t in reference.CanaryLaunchTag if t.name.startswith(SWEEP)}
+    sweeps = {int(TAGS[group, SWEEP]) for group in GROUPS}
     return [due for due in dues if not set(due.tags) & sweeps]
 
 

@@ -30,7 +30,7 @@ from conformance.sglang.standins import (
     request_ids,
     swept_cache,
 )
-from engine_model import PREFILL_ENGINE, Engine, Forward, Move, Sweep
+from engine_model import PREFILL_ENGINE, Engine, EngineConfig, Forward, Move, Sweep
 from engine_model.vocabulary import DRAFT_EXTEND_V2, FULL, HEAD, SWEEP, TAIL
 
 __all__ = [
@@ -497,13 +497,18 @@ def logged_problems(side: ManagerRun) -> list[str]:
     ]
 
 
+def _sides(config: EngineConfig) -> tuple[Engine, OracleRun, ManagerRun]:
+    """An engine of ``config``, its reference run and its run on SGLang's runtime."""
+    engine = Engine(config)
+    reference_run = OracleRun(engine)
+    return engine, reference_run, ManagerRun(engine, reference_run)
+
+
 def run_history(index: int, steps: int = histories.STEPS) -> ManagerRun:
     """History ``index`` of :func:`conformance.sglang.histories.history` on SGLang's runtime
     and the reference, compared after every step (an ``AssertionError`` names the first step
     where they differ); the runtime side, with its counts."""
-    engine = Engine(wiring.servable(histories.engine_config(index)))
-    reference_run = OracleRun(engine)
-    side = ManagerRun(engine, reference_run)
+    engine, reference_run, side = _sides(wiring.servable(histories.engine_config(index)))
     run = functools.partial(side.run, reference_run)
 
     def counted(step) -> None:
@@ -527,12 +532,8 @@ def draft_input_assert_refusal(index: int = DRAFT_HISTORY) -> str | None:
     each manager given what SGLang's ``ModelRunner`` gives a draft worker
     (:func:`wiring.runner_gets_token_oracle`): the ``RuntimeError`` SGLang's runtime raises
     (the step and the message), or None when the history runs through ([22])."""
-    config = dataclasses.replace(
-        histories.engine_config(index, eagle_offset=1), write_input_assert=True
-    )
-    engine = Engine(config)
-    reference_run = OracleRun(engine)
-    side = ManagerRun(engine, reference_run)
+    served = wiring.servable(histories.engine_config(index, eagle_offset=1))
+    engine, reference_run, side = _sides(dataclasses.replace(served, write_input_assert=True))
     try:
         histories.history(index, histories.STEPS, run=functools.partial(side.run, reference_run),
                           engine=engine)  # fmt: skip
