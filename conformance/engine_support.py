@@ -261,12 +261,13 @@ def missing(dues: list[Due], rows: np.ndarray, fault: Fault) -> list[str]:
     return out
 
 
-def warm_up(engine: Engine, run, pad: int = 1) -> None:
+def warm_up(engine: Engine, run, pad: int = 1, verify: bool = True) -> None:
     """A short history that leaves running requests (two sharing a cached prefix, in one
     batch), a cached prefix no request uses and freshly sampled tokens, with a target verify
     that rejects drafts on the way (without the EAGLE offset): every fault class has a
     place. Its first decode has ``pad`` padding rows amid its rows (0: none, as SGLang's
-    batches outside a replayed graph)."""
+    batches outside a replayed graph); ``verify`` False: no target verify (a server without
+    speculative decoding), and so no rejected draft."""
     c = engine.config
 
     def each(*makes) -> None:
@@ -282,7 +283,7 @@ def warm_up(engine: Engine, run, pad: int = 1) -> None:
     each(
         lambda: engine.prefill(c.context_len),
         lambda: engine.decode(pad),
-        lambda: engine.target_verify(3, 1),
+        lambda: engine.target_verify(3, 1) if verify else None,
     )
     engine.finish(0)  # its prefix is cached, and shared by the next two requests
     engine.admit(2, share=1)

@@ -269,7 +269,12 @@ def main(argv: list[str] | None = None) -> int:
         # over the engine model's histories; then its per-forward manager against the reference
         runtime = subprocess.call([sys.executable, "-m", "conformance.sglang_runtime"])
         manager = subprocess.call([sys.executable, "-m", "conformance.sglang_manager"])
-        return status or runtime or manager
+        # the support matrix, every cell (docs/SUPPORT.md, compared on its release);
+        # CANARY_MATRIX=off leaves it out (.ci/run, whose self-tests run its quick cells)
+        matrix = 0
+        if os.environ.get("CANARY_MATRIX", "all") != "off":
+            matrix = subprocess.call([sys.executable, "-m", "conformance.sglang.matrix", "--check"])
+        return status or runtime or manager or matrix
     elif options.command == "table":
         return write_table(check=options.check)
     return 0

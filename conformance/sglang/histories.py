@@ -37,11 +37,13 @@ from engine_model.vocabulary import (
 from reference import RealKvHashMode
 
 __all__ = [
+    "EVERY_EVENT",
     "EXPECTED_INPUTS_REQUIRED",
     "REQUIRED",
     "REQUIRED_STEPS",
     "SEEDS",
     "Seed",
+    "Scheduling",
     "Seeds",
     "engine_config",
     "hash_mode",
@@ -110,30 +112,38 @@ def hash_mode(index: int) -> int:
     return int(HASH_MODES[index % len(HASH_MODES)])
 
 
+#: The fewest pages of an engine's pool: with larger pages than :data:`PAGE_SIZES`, pages enough
+#: for a warm-up and a fault's settle (:func:`conformance.engine_support.inject_and_settle`).
+MIN_PAGES = 16
+
+
 def engine_config(
     index: int,
     *,
     seed: Seed = SEEDS.history,
     real_kv_hash_mode: int = int(RealKvHashMode.ALL),
     eagle_offset: int | None = None,
+    page_size: int | None = None,
+    window: int | None = None,
 ) -> EngineConfig:
     """The engine of history or trial ``index``, its seed ``seed(index)``: the options of
-    :data:`PAGE_SIZES`, :data:`WINDOWS` and :data:`EAGLE_OFFSETS` in turn (``eagle_offset``:
-    that offset instead)."""
-    page = PAGE_SIZES[index % len(PAGE_SIZES)]
-    window = WINDOWS[index // len(PAGE_SIZES) % len(WINDOWS)]
+    :data:`PAGE_SIZES`, :data:`WINDOWS` and :data:`EAGLE_OFFSETS` in turn (``eagle_offset``,
+    ``page_size``, ``window``: that option instead; a pool of :data:`POOL_SLOTS` slots, or of
+    :data:`MIN_PAGES` pages where those are fewer)."""
+    page = PAGE_SIZES[index % len(PAGE_SIZES)] if page_size is None else page_size
+    if window is None:
+        window = WINDOWS[index // len(PAGE_SIZES) % len(WINDOWS)]
     if eagle_offset is None:
         eagle_offset = EAGLE_OFFSETS[index // (len(PAGE_SIZES) * len(WINDOWS)) % 2]
     return EngineConfig(
-        page_size=page, num_pages=POOL_SLOTS // page, pool_rows=POOL_ROWS,
+        page_size=page, num_pages=max(POOL_SLOTS // page, MIN_PAGES), pool_rows=POOL_ROWS,
         context_len=CONTEXT_LEN, swa_window=window, offset=eagle_offset,
         mode=real_kv_hash_mode, seed=seed(index), swa_slots=SWA_SLOTS if window else 0,
     )  # fmt: skip
 
 
-#: The steps a history has by default, and the requests admitted before them.
+#: The steps a history has by default (:attr:`Scheduling.first_requests` admitted before them).
 STEPS = 40
-FIRST_REQUESTS = 3
 #: The prefill chunk of a step that prefills or decodes, and the draft model's draft steps.
 PREFILL_CHUNK = 6
 DRAFT_STEPS = 3
@@ -149,10 +159,49 @@ OPS = ("admit", "prefill", "decode", GRAPH_DECODE, "mixed", "idle", "verify", "d
        "draftext", "finish", "retract", "readmit", "receive", "relocate", "twin", "sweep")  # fmt: skip
 
 
+#: The forward a step without another makes: a decode, EAGLE's target verify or its draft
+#: model's multi-step draft decode, or (a PD prefill engine) a prefill alone.
+FALLBACKS = ("decode", "verify", "draft", "prefill")
+
+
+@dataclass(frozen=True)
+class Scheduling:
+    """How a server schedules a history: the events it draws (``ops``, some of :data:`OPS`),
+    whether its decodes and target verifies that the ops would replay as graphs do
+    (``graphs``; False: eagerly, without padding rows), the forward a step without another
+    makes (``fallback``: ``decode``, ``verify`` for EAGLE's target model, ``draft`` for its
+    draft model), padding rows at least ``min_pad`` in every replayed graph, and the prefill
+    chunk of a ``prefill`` (None: drawn; a whole request's otherwise). The default is every
+    event, as the legs' histories draw them."""
+
+    ops: tuple[str, ...] = OPS
+    graphs: bool = True
+    fallback: str = "decode"
+    min_pad: int = 0
+    chunk: int | None = None
+    first_requests: int = 3  # admitted before the first step (none on a PD decode engine)
+
+    def __post_init__(self) -> None:
+        if not self.ops or set(self.ops) - set(OPS):
+            raise ValueError(f"ops must be some of {OPS}: {self.ops}")
+        if self.fallback not in FALLBACKS:
+            raise ValueError(f"fallback must be one of {FALLBACKS}: {self.fallback!r}")
+
+
+#: The legs' histories: every event.
+EVERY_EVENT = Scheduling()
+
+
 def history(
-    index: int, steps: int = STEPS, on_sweep=None, run=None, engine: Engine | None = None
+    index: int,
+    steps: int = STEPS,
+    on_sweep=None,
+    run=None,
+    engine: Engine | None = None,
+    scheduling: Scheduling = EVERY_EVENT,
 ) -> list[Forward]:
-    """The forwards of one engine history: random scheduler events and every forward mode;
+    """The forwards of one engine history: random scheduler events and every forward mode
+    (``scheduling``: the events and forwards a server configuration makes);
     ``on_sweep(engine, sweep)`` is called at each cache sweep, with the engine as it is then;
     ``run(step)``, if given, at each step as it is made (forwards, sweeps and moves of KV
     without a forward, in order); ``engine``: the engine to run it on (default: a new one of
@@ -170,18 +219,21 @@ def history(
                     if isinstance(step, (Forward, Sweep, Move)):
                         run(step)
 
-    for _ in range(FIRST_REQUESTS):
+    for _ in range(scheduling.first_requests):
         engine.admit(int(rng.integers(2, 7)), 0)
     for _ in range(steps):
-        op = rng.choice(OPS)
+        op = rng.choice(scheduling.ops)
         pick = int(rng.integers(0, 8))
-        _event(engine, rng, op, pick, keep)
-        _forward(engine, op, pick, int(rng.integers(1, 7)), keep, on_sweep)
+        _event(engine, rng, op, pick, keep, scheduling.chunk or PREFILL_CHUNK)
+        chunk = int(rng.integers(1, 7))
+        _forward(engine, op, pick, chunk if scheduling.chunk is None else scheduling.chunk, keep,
+                 on_sweep, scheduling)  # fmt: skip
     return out
 
 
-def _event(engine: Engine, rng, op: str, pick: int, keep) -> None:
-    """The scheduler event of ``op`` that comes before a step's forward, if any."""
+def _event(engine: Engine, rng, op: str, pick: int, keep, chunk: int = PREFILL_CHUNK) -> None:
+    """The scheduler event of ``op`` that comes before a step's forward, if any (``chunk``: a
+    twin's prefill chunk)."""
     if op == "admit":
         engine.admit(int(rng.integers(1, 8)), pick % 3)
     elif op in ("finish", "retract", "readmit", "relocate"):
@@ -190,23 +242,28 @@ def _event(engine: Engine, rng, op: str, pick: int, keep) -> None:
         keep(engine.receive(int(rng.integers(2, 8))))
     elif op == "twin":  # computed again, then inserted: its row rebound to the cache's pages
         rid = engine.admit_twin(pick, int(rng.integers(1, 4)))
-        keep(engine.prefill(PREFILL_CHUNK))
+        keep(engine.prefill(chunk))
         if rid is not None:
             engine.insert(0, rid=rid)
 
 
-def _forward(engine: Engine, op: str, pick: int, chunk: int, keep, on_sweep) -> None:
-    """The step of ``op`` (a prefill, or else a decode, after a scheduler event)."""
+def _forward(
+    engine: Engine, op: str, pick: int, chunk: int, keep, on_sweep, scheduling: Scheduling
+) -> None:
+    """The step of ``op`` (a prefill, or else the scheduling's fallback, after a scheduler
+    event)."""
+    graphs, pad = scheduling.graphs, max(pick % 3, scheduling.min_pad)
+    whole = scheduling.chunk or PREFILL_CHUNK  # a step's prefill before its fallback
     if op == "prefill":
         keep(engine.prefill(chunk))
     elif op == GRAPH_DECODE:
-        keep(engine.decode(pick % 3, graph=True))
+        keep(engine.decode(pad, graph=True) if graphs else engine.decode(0))
     elif op == "mixed":
         keep(engine.mixed(chunk))
     elif op == "idle":
         keep(engine.idle(1 + pick % 2))
-    elif op == "verify" and pick >= 4:  # replaying a graph, padding rows at its tail
-        keep(engine.target_verify(GRAPH_DRAFT_TOKENS, pick, pick % 3, graph=True))
+    elif op == "verify" and pick >= 4 and graphs:  # replaying a graph, padding rows at its tail
+        keep(engine.target_verify(GRAPH_DRAFT_TOKENS, pick, pad, graph=True))
     elif op == "verify":
         keep(engine.target_verify(2 + pick % 3, pick))
     elif op == "draft":
@@ -218,8 +275,14 @@ def _forward(engine: Engine, op: str, pick: int, chunk: int, keep, on_sweep) -> 
         keep(sweep)
     elif op == "draftext":
         keep(engine.draft_extend(1 + pick % 3))
+    elif scheduling.fallback == "verify":  # EAGLE's target model decodes by its verifies
+        keep(engine.prefill(whole) or engine.target_verify(2 + pick % 3, pick))
+    elif scheduling.fallback == "prefill":  # a PD prefill engine decodes nothing
+        keep(engine.prefill(whole))
+    elif scheduling.fallback == "draft":  # EAGLE's draft model: its multi-step draft decode
+        keep(engine.prefill(whole) or engine.draft_decode(DRAFT_STEPS))
     else:
-        keep(engine.prefill(PREFILL_CHUNK) or engine.decode(0))
+        keep(engine.prefill(whole) or engine.decode(0))
 
 
 def step_label(step) -> StepLabel:

@@ -23,6 +23,7 @@ An import of the adapter (``conformance.adapters.sglang``), which imports the in
 """
 
 from __future__ import annotations
+import __future__
 
 import ast
 import contextlib
@@ -228,13 +229,29 @@ def cpu_only():
             setattr(torch.cuda, n, f)
 
 
-def from_source(path: Path, names: tuple[str, ...], scope: dict) -> dict:
-    """The top-level functions ``names`` of SGLang's file ``path``, executed from its source in
-    ``scope``."""
+def from_source(
+    path: Path, names: tuple[str, ...], scope: dict, *, scope_imports: bool = False
+) -> dict:
+    """The top-level functions and classes ``names`` of SGLang's file ``path``, executed from
+    its source in ``scope`` (its annotations unevaluated, as its ``from __future__ import
+    annotations`` leaves them); a name the file does not define at the top raises
+    ``LookupError``. ``scope_imports``: a function's own ``from ... import`` statements take
+    their names from ``scope`` instead (each name must be there)."""
     tree = ast.parse(path.read_text())
-    body = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
-    assert {n.name for n in body} == set(names), (path, names)
-    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), scope)
+    kinds = (ast.FunctionDef, ast.ClassDef)
+    body = [n for n in tree.body if isinstance(n, kinds) and n.name in names]
+    missing = set(names) - {n.name for n in body}
+    if missing:
+        raise LookupError(f"{path} defines no {', '.join(sorted(missing))}")
+    for node in body if scope_imports else ():
+        if isinstance(node, ast.FunctionDef):
+            local = [s for s in node.body if isinstance(s, ast.ImportFrom)]
+            absent = {a.asname or a.name for s in local for a in s.names} - set(scope)
+            if absent:
+                raise LookupError(f"{path}: {node.name} imports {sorted(absent)}, not given")
+            node.body = [s for s in node.body if not isinstance(s, ast.ImportFrom)]
+    flags = __future__.annotations.compiler_flag
+    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec", flags=flags), scope)
     return scope
 
 

@@ -130,6 +130,7 @@ class ManagerRun(ImplRun):
         )  # fmt: skip
         self.fired: Counter = Counter()
         self.step_counts: Counter = Counter()  # the steps run, by step label (run_history)
+        self.step_labels: set[str] = set()  # the step labels run here, histories or trials
         self.pending: list[str] = []  # what differed in the step's plans, for compare
         self.plans_compared = 0
         self.divergent = 0  # SGLang's reports of the divergence [20]
@@ -306,6 +307,7 @@ class ManagerRun(ImplRun):
                 self.peer.host = self.host
             self.peer.run_here(peer, step)
         else:
+            self.step_labels.add(str(histories.step_label(step)))
             self.run_here(reference_run, step)
 
     def run_here(self, reference_run: OracleRun, step) -> None:
@@ -497,7 +499,7 @@ def logged_problems(side: ManagerRun) -> list[str]:
     ]
 
 
-def _sides(config: EngineConfig) -> tuple[Engine, OracleRun, ManagerRun]:
+def sides(config: EngineConfig) -> tuple[Engine, OracleRun, ManagerRun]:
     """An engine of ``config``, its reference run and its run on SGLang's runtime."""
     engine = Engine(config)
     reference_run = OracleRun(engine)
@@ -508,7 +510,7 @@ def run_history(index: int, steps: int = histories.STEPS) -> ManagerRun:
     """History ``index`` of :func:`conformance.sglang.histories.history` on SGLang's runtime
     and the reference, compared after every step (an ``AssertionError`` names the first step
     where they differ); the runtime side, with its counts."""
-    engine, reference_run, side = _sides(wiring.servable(histories.engine_config(index)))
+    engine, reference_run, side = sides(wiring.servable(histories.engine_config(index)))
     run = functools.partial(side.run, reference_run)
 
     def counted(step) -> None:
@@ -533,7 +535,7 @@ def draft_input_assert_refusal(index: int = DRAFT_HISTORY) -> str | None:
     (:func:`wiring.runner_gets_token_oracle`): the ``RuntimeError`` SGLang's runtime raises
     (the step and the message), or None when the history runs through ([22])."""
     served = wiring.servable(histories.engine_config(index, eagle_offset=1))
-    engine, reference_run, side = _sides(dataclasses.replace(served, write_input_assert=True))
+    engine, reference_run, side = sides(dataclasses.replace(served, write_input_assert=True))
     try:
         histories.history(index, histories.STEPS, run=functools.partial(side.run, reference_run),
                           engine=engine)  # fmt: skip

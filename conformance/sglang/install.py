@@ -1,0 +1,262 @@
+"""Whether SGLang's ``install_canary`` installs the canary in a serving configuration, or refuses
+it, decided by SGLang's own code.
+
+``install_canary`` (``srt/kv_canary/api.py``) runs in ``ModelRunner`` before the graphs are
+captured: it refuses a piecewise prefill graph (an ``AssertionError``), a device without the
+canary's CUDA kernels while decode graphs are on (``torch_reference_conflicts_with_decode_graph``,
+a ``ValueError``), and a KV pool class no attacher is registered for
+(``pool_patcher/api.py``'s ``attach_canary_buffers``, a ``NotImplementedError``); otherwise it
+builds the buffer groups of the pool's attacher and the ``CanaryManager``. The module imports
+SGLang's serving stack, so :func:`install` runs those functions from the installed release's
+source (``install_canary``, ``torch_reference_conflicts_with_decode_graph``,
+``attach_canary_buffers`` with its registry of attachers, the graph configuration's ``Phase``,
+``Backend`` and ``check_cuda_graph_backend``, and ``use_torch_reference``), with stand-ins for
+what a configuration decides:
+
+- the server's configuration: the published CUDA graph configuration (``get_exec``), the
+  speculative steps (``get_spec``), the disaggregation mode (``get_disagg``), and the canary's
+  mode (``CanaryConfig.from_env`` gives a ``LOG`` canary, as ``--kv-canary log`` does);
+- the model runner: its device, whether it is a draft worker, a pool of the class the
+  configuration's model makes (an instance of a class of that name: the registry is looked up
+  by the pool's exact class, as SGLang's is), its request pool and sizes;
+- what is built after every refusal: each attacher returns the buffer groups of its kinds
+  (read from the attacher's source: the ``PoolKind`` members its groups are made with), and
+  ``CanaryLaunchCapacities``, ``CanaryManager`` and the model's forward patch record their
+  arguments.
+
+A stand-in refuses nothing: every refusal :func:`install` reports is raised by SGLang's code.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import logging
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from conformance.sglang import loading
+
+__all__ = ["Installed", "Refused", "Setting", "install", "kv_canary_dir"]
+
+#: The pool classes SGLang's models make: an MHA model's, a hybrid SWA model's, an MLA model's.
+MHA_POOL = "MHATokenToKVPool"
+SWA_POOL = "SWAKVPool"
+MLA_POOL = "MLATokenToKVPool"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What decides ``install_canary``'s outcome in a serving configuration: the device (a GPU
+    with the canary's CUDA kernels unless ``device`` says otherwise), each phase's CUDA graph
+    backend (``Backend``'s values: ``full``, ``breakable``, ``disabled``, ``tc_piecewise``),
+    the KV pool's class, whether the runner is EAGLE's draft worker, the speculative steps and
+    the disaggregation mode."""
+
+    decode_graph: str = "full"
+    prefill_graph: str = "disabled"
+    pool: str = MHA_POOL
+    draft_worker: bool = False
+    speculative_num_steps: int | None = None
+    disaggregation_mode: str = "null"
+    device: str = "cuda"
+
+
+@dataclass(frozen=True)
+class Installed:
+    """The canary installed: its attacher and buffer groups (``PoolKind`` names), and the
+    arguments of its ``CanaryManager`` that a configuration decides."""
+
+    attacher: str
+    groups: tuple[str, ...]
+    swa_window_size: int
+    speculative_num_steps: int
+    is_eagle_draft_decode: bool
+    kv_token_id_vs_position_offset: int
+
+    def __str__(self) -> str:
+        return f"installs ({'+'.join(self.groups)})"
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The canary refused: the exception SGLang's code raised, its type and message."""
+
+    error: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"refuses: {self.error}: {self.message}"
+
+
+def kv_canary_dir() -> Path:
+    return loading.sglang_root() / "srt" / "kv_canary"
+
+
+@functools.cache
+def _attacher_kinds(attacher_file: Path) -> tuple[str, ...]:
+    """The ``PoolKind`` members an attacher's source makes its groups with, in order."""
+    tree = ast.parse(attacher_file.read_text())
+    kinds = [
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and getattr(node.value, "id", "") == "PoolKind"
+    ]
+    return tuple(dict.fromkeys(kinds))
+
+
+def _registry(api_file: Path) -> dict[str, str]:
+    """``_POOL_ATTACHERS`` of ``pool_patcher/api.py``: pool class name to attacher name."""
+    for node in ast.parse(api_file.read_text()).body:
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        if getattr(target, "id", "") == "_POOL_ATTACHERS" and isinstance(node.value, ast.Dict):
+            return {
+                key.id: value.id
+                for key, value in zip(node.value.keys, node.value.values)
+                if isinstance(key, ast.Name) and isinstance(value, ast.Name)
+            }
+    raise LookupError(f"{api_file}: no _POOL_ATTACHERS")
+
+
+def _attacher(name: str, kinds: tuple[str, ...]):
+    """An attacher of the registry: the groups of ``kinds``, each recording its offset."""
+
+    def attach(*, pool, device, read_bytes, kv_token_id_vs_position_offset):
+        return tuple(
+            types.SimpleNamespace(kind=types.SimpleNamespace(name=kind),
+                                  offset=kv_token_id_vs_position_offset)
+            for kind in kinds
+        )  # fmt: skip
+
+    attach.__name__ = name
+    return attach
+
+
+def _recorder(**kwargs) -> types.SimpleNamespace:
+    return types.SimpleNamespace(**kwargs)
+
+
+def install(setting: Setting, root: Path | None = None) -> Installed | Refused:
+    """``install_canary`` of the installed release (or of the ``srt/kv_canary`` folder
+    ``root``) run from its source in ``setting``: what it installs, or the exception it
+    raises."""
+    root = root or kv_canary_dir()
+    srt = root.parent
+    source = (root / "api.py").read_text()
+    graph: dict = {}
+    graph_file = srt / "model_executor" / "cuda_graph_config.py"
+    if "check_cuda_graph_backend" in source:  # from 0.5.18: the published graph configuration
+        loading.from_source(graph_file, ("Phase", "Backend"), graph)
+        published = types.SimpleNamespace(
+            decode=types.SimpleNamespace(backend=setting.decode_graph),
+            prefill=types.SimpleNamespace(backend=setting.prefill_graph),
+        )
+        graph["get_exec"] = lambda: types.SimpleNamespace(
+            graph=types.SimpleNamespace(cuda_graph_config=published)
+        )
+        # up to 0.5.17 the configuration is the (global) server args'
+        graph["get_global_server_args"] = graph["get_server_args"] = lambda: types.SimpleNamespace(
+            cuda_graph_config=published
+        )
+        loading.from_source(graph_file, ("check_cuda_graph_backend",), graph, scope_imports=True)
+    kernels: dict = {"torch": torch}
+    if "use_torch_reference" in source:
+        dispatch = srt.parent / "kernels" / "ops" / "kv_canary" / "_dispatch.py"
+        loading.from_source(dispatch, ("use_torch_reference",), kernels)
+
+    patcher_file = root / "pool_patcher" / "api.py"
+    registry = _registry(patcher_file)
+    pool_classes = {name: type(name, (), {}) for name in registry}
+    attachers = {
+        attacher: _attacher(attacher, _attacher_kinds(
+            root / "pool_patcher" / "adapters" / f"{attacher.removeprefix('attach_')}.py"))
+        for attacher in set(registry.values())
+    }  # fmt: skip
+    patcher = loading.from_source(
+        patcher_file,
+        ("attach_canary_buffers",),
+        {
+            "_POOL_ATTACHERS": {pool_classes[c]: attachers[a] for c, a in registry.items()},
+            "resolve_real_kv_read_bytes": lambda config: 0,
+            "logger": logging.getLogger("kv_canary.install"),
+        },
+    )
+    pool_class = pool_classes.get(setting.pool) or type(setting.pool, (), {})
+    mode = types.SimpleNamespace(NONE="none", LOG="log")
+    scope = {
+        "torch": torch,
+        "logger": logging.getLogger("kv_canary.install"),
+        **{k: v for k, v in graph.items() if k in ("Phase", "Backend", "check_cuda_graph_backend")},
+        **{k: v for k, v in kernels.items() if k == "use_torch_reference"},
+        "current_platform": types.SimpleNamespace(
+            capabilities=types.SimpleNamespace(graph_capture=True)
+        ),
+        "CanaryConfig": types.SimpleNamespace(
+            from_env=lambda server_args: types.SimpleNamespace(mode=mode.LOG)
+        ),
+        "CanaryMode": mode,
+        "PerturbConfig": types.SimpleNamespace(from_env=lambda: types.SimpleNamespace()),
+        "attach_canary_buffers": patcher["attach_canary_buffers"],
+        "SWATokenToKVPoolAllocator": type("SWATokenToKVPoolAllocator", (), {}),
+        "CanaryLaunchCapacities": types.SimpleNamespace(from_args=_recorder),
+        "CanaryManager": _recorder,
+        "_patch_model_forward": lambda **kwargs: None,
+        "get_spec": lambda: types.SimpleNamespace(
+            speculative_num_steps=setting.speculative_num_steps
+        ),
+        "get_disagg": lambda: types.SimpleNamespace(
+            disaggregation_mode=setting.disaggregation_mode
+        ),
+        "get_parallel": lambda: types.SimpleNamespace(),
+    }
+    names = ["install_canary"]
+    if "def torch_reference_conflicts_with_decode_graph" in source:
+        names.append("torch_reference_conflicts_with_decode_graph")
+    loading.from_source(root / "api.py", tuple(names), scope)
+    # the options a release up to 0.5.17 reads from its ServerArgs instead
+    server_args = types.SimpleNamespace(
+        disable_piecewise_cuda_graph=setting.prefill_graph != "tc_piecewise",
+        disable_cuda_graph=setting.decode_graph == "disabled",
+        speculative_num_steps=setting.speculative_num_steps,
+        disaggregation_mode=setting.disaggregation_mode,
+    )
+    runner = types.SimpleNamespace(
+        server_args=server_args,
+        device=setting.device,
+        is_draft_worker=setting.draft_worker,
+        token_to_kv_pool=pool_class(),
+        token_to_kv_pool_allocator=object(),
+        req_to_token_pool=types.SimpleNamespace(
+            size=8, req_to_token=torch.zeros(9, 16, dtype=torch.int32), max_context_len=16
+        ),
+        max_total_num_tokens=96,
+        sliding_window_size=None,
+    )
+    try:
+        manager = scope["install_canary"](
+            server_args=server_args, model_runner=runner, token_oracle_manager=None
+        )
+    except (AssertionError, ValueError, NotImplementedError, RuntimeError) as error:
+        return Refused(type(error).__name__, str(error))
+    groups = manager.buffer_groups
+    return Installed(
+        attacher=next(a for c, a in registry.items() if c == setting.pool),
+        groups=tuple(g.kind.name for g in groups),
+        swa_window_size=manager.swa_window_size,
+        speculative_num_steps=manager.speculative_num_steps,
+        is_eagle_draft_decode=manager.is_eagle_draft_decode,
+        kv_token_id_vs_position_offset=groups[0].offset,
+    )
+
+
+def settings_differ(a: Setting, b: Setting) -> tuple[str, ...]:
+    """The fields of two settings that differ (a matrix row's from the baseline's)."""
+    return tuple(
+        f.name for f in dataclasses.fields(Setting) if getattr(a, f.name) != getattr(b, f.name)
+    )

@@ -1,0 +1,381 @@
+"""The support matrix: per serving configuration, whether SGLang's canary installs, whether a
+correct history stays silent, and which checks fire in each forward mode, every cell a run.
+
+    python -m conformance.sglang.matrix [--check] [--cells install,history]
+
+Each row (:data:`ROWS`) changes one server option of the baseline (decode CUDA graphs on,
+prefill graphs off, no speculative decoding, an MHA model, pages of one slot, chunked prefill,
+no hierarchical cache, no PD disaggregation, no DP attention). Its cells:
+
+- ``install``: :func:`conformance.sglang.install.install`, SGLang's ``install_canary`` run from
+  the release's source in the row's setting (for EAGLE, the target's runner and the draft
+  worker's): it installs (the buffer groups) or refuses, with SGLang's exception;
+- ``history``: history 0 of each model of the row (:class:`Model`: its engine, the events a
+  server of the row schedules, :class:`conformance.sglang.histories.Scheduling`) through SGLang's
+  per-forward runtime beside the reference (:mod:`conformance.sglang.manager_run`, the engine as
+  a server runs it, :func:`conformance.sglang.wiring.servable`): ``silent``, or its first report
+  (check, forward mode, launch tag, step), or the exception SGLang's runtime raised, or where it
+  and the reference differed;
+- ``fired``: a fault of every class (:mod:`engine_model.faults`) settled in each of the row's
+  settle modes, one trial each, through SGLang's runtime; per forward mode, the checks that
+  fired (``.`` where the mode ran and nothing fired, empty where the row's trials never ran it).
+
+A row the leg cannot run says why in place of its cells (``not run: ...``): the leg does not
+make what that option changes, and a cell it would show is not a run. ``docs/SUPPORT.md`` is
+this module's output on the release it names; ``--check`` compares the cells it runs with the
+file's (``--cells``: those columns only, the quick ones ``.ci/run`` runs; the nightly job runs
+every cell on every release, and compares where the release is the file's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from conformance import upstream
+from conformance.sglang import histories, loading, wiring
+from conformance.sglang.fired import CHECKS, fired_counts
+from conformance.sglang.histories import GRAPH_DECODE, OPS, Scheduling
+from conformance.sglang.install import MHA_POOL, MLA_POOL, SWA_POOL, Setting, install
+from engine_model import faults
+from engine_model.vocabulary import (
+    DECODE,
+    DRAFT_SETTLE_MODES,
+    MANAGER_SETTLE_MODES,
+    MIXED,
+    TARGET_VERIFY,
+)
+
+__all__ = ["COLUMNS", "DOC", "ROWS", "Model", "Row", "main", "table"]
+
+#: The generated file.
+DOC = Path(__file__).resolve().parents[2] / "docs" / "SUPPORT.md"
+#: The checks, by the short names the cells use.
+SHORT = {
+    "CHAIN": "C",
+    "POSITION": "P",
+    "REAL_KV": "K",
+    "TOKEN": "T",
+    "WRITE_TOKEN": "WT",
+    "WRITE_POSITION": "WP",
+}
+#: The forward modes of the ``fired`` cells, as step labels name them, and their headers.
+MODES = {
+    "DECODE": "DECODE",
+    "DECODE replaying a graph": "graph DECODE",
+    "MIXED": "MIXED",
+    "EXTEND": "EXTEND",
+    "TARGET_VERIFY": "TARGET_VERIFY",
+    "TARGET_VERIFY replaying a graph": "graph TARGET_VERIFY",
+    "DECODE of the draft model": "draft DECODE",
+    "DRAFT_EXTEND_V2": "DRAFT_EXTEND_V2",
+    "SWEEP": "SWEEP",
+}
+#: The matrix's columns: the cells of a row, then its fired checks per mode.
+COLUMNS = ("option", "install", "history", *MODES.values())
+
+#: The events of a server without speculative decoding, hierarchical cache or PD: every event
+#: of the legs' histories but target verifies, the draft model's, relocations (HiCache) and
+#: receptions (PD).
+PLAIN_OPS = tuple(o for o in OPS if o not in ("verify", "draft", "draftext", "relocate", "receive"))
+#: EAGLE's target model: its verifies decode. Its draft model: its multi-step draft decode and
+#: its draft extend; no sweep (SGLang attaches its radix cache to the target's canary alone).
+TARGET_OPS = tuple(o for o in PLAIN_OPS if o not in ("decode", GRAPH_DECODE, "mixed")) + ("verify",)
+DRAFT_OPS = tuple(o for o in TARGET_OPS if o not in ("verify", "sweep")) + ("draft", "draftext")
+#: A PD decode engine: requests arrive by transfer, nothing is prefilled here. A PD prefill
+#: engine: requests are admitted, prefilled and leave.
+PD_DECODE_OPS = ("receive", "decode", GRAPH_DECODE, "idle", "finish", "retract", "sweep")
+PD_PREFILL_OPS = ("admit", "prefill", "finish", "twin", "sweep")
+
+
+#: The step labels of the forwards (and sweeps) each kind of server makes: the ``fired`` cells
+#: show these only (a fault trial's settle may make a step that the row's server never does,
+#: such as a plain decode of a model under EAGLE, whose reports are left out).
+EXTEND_L, DECODE_L, GRAPH_DECODE_L, MIXED_L = (
+    "EXTEND",
+    "DECODE",
+    "DECODE replaying a graph",
+    "MIXED",
+)
+VERIFY_L, GRAPH_VERIFY_L = "TARGET_VERIFY", "TARGET_VERIFY replaying a graph"
+DRAFT_L, DRAFT_EXTEND_L, SWEEP_L = "DECODE of the draft model", "DRAFT_EXTEND_V2", "SWEEP"
+assert set(MODES) == {EXTEND_L, DECODE_L, GRAPH_DECODE_L, MIXED_L, VERIFY_L, GRAPH_VERIFY_L,
+                      DRAFT_L, DRAFT_EXTEND_L, SWEEP_L}  # fmt: skip
+PLAIN_SHOWS = (EXTEND_L, DECODE_L, GRAPH_DECODE_L, MIXED_L, SWEEP_L)
+
+
+@dataclass(frozen=True)
+class Model:
+    """One model's canary in a row: its engine's EAGLE offset (1: the draft model's), the
+    events a server schedules for it, the settle modes of its fault trials, and the step
+    labels of the forwards (and sweeps) the server makes for it, those its cells show."""
+
+    name: str
+    offset: int
+    scheduling: Scheduling
+    settle_modes: tuple[str, ...]
+    shows: tuple[str, ...] = PLAIN_SHOWS
+
+
+DRAFT_DECODE_SETTLE, DRAFT_EXTEND_SETTLE = DRAFT_SETTLE_MODES
+(TARGET_VERIFY_GRAPH,) = MANAGER_SETTLE_MODES
+PLAIN = Model("model", 0, Scheduling(PLAIN_OPS), (GRAPH_DECODE, MIXED))
+EAGER = Model("model", 0, Scheduling(PLAIN_OPS, graphs=False), (DECODE, MIXED),
+              (EXTEND_L, DECODE_L, MIXED_L, SWEEP_L))  # fmt: skip
+TARGET = Model("target", 0, Scheduling(TARGET_OPS, fallback="verify"),
+               (TARGET_VERIFY, TARGET_VERIFY_GRAPH), (EXTEND_L, VERIFY_L, GRAPH_VERIFY_L, SWEEP_L))  # fmt: skip
+DRAFT = Model("draft", 1, Scheduling(DRAFT_OPS, fallback="draft"),
+              (DRAFT_DECODE_SETTLE, DRAFT_EXTEND_SETTLE), (EXTEND_L, DRAFT_L, DRAFT_EXTEND_L))  # fmt: skip
+PADDED = Model("model", 0, Scheduling(PLAIN_OPS, min_pad=1), (GRAPH_DECODE, MIXED))
+PD_DECODE = Model("decode", 0, Scheduling(PD_DECODE_OPS, first_requests=0), (GRAPH_DECODE,),
+                  (DECODE_L, GRAPH_DECODE_L, SWEEP_L))  # fmt: skip
+PD_PREFILL = Model("prefill", 0, Scheduling(PD_PREFILL_OPS, fallback="prefill"), (),
+                   (EXTEND_L, SWEEP_L))  # fmt: skip
+UNCHUNKED = Model(
+    "model", 0, Scheduling(PLAIN_OPS, chunk=histories.CONTEXT_LEN), (GRAPH_DECODE, MIXED)
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    """A serving configuration: the option it changes from the baseline, its install settings
+    (one per runner whose canary it installs: the inputs of ``install_canary`` the option
+    changes), its models, the engine's page size and window, and ``not_run``: why the leg runs
+    no history of it (empty: it does)."""
+
+    option: str
+    settings: tuple[Setting, ...] = (Setting(),)
+    models: tuple[Model, ...] = (PLAIN,)
+    page_size: int = 1
+    window: int = 0
+    not_run: str = ""
+
+
+_EAGLE = (Setting(speculative_num_steps=3), Setting(draft_worker=True, speculative_num_steps=3))
+_NO_INSTALL = "the canary does not install"
+#: The rows, each one option away from the baseline (the first).
+ROWS = (
+    Row("baseline: decode CUDA graphs, no prefill graphs, mixed chunks, MHA, pages of 1 slot"),
+    Row("decode CUDA graphs off", (Setting(decode_graph="disabled"),), (EAGER,)),
+    Row("prefill CUDA graphs piecewise", (Setting(prefill_graph="tc_piecewise"),), not_run=_NO_INSTALL),
+    Row("prefill CUDA graphs breakable", (Setting(prefill_graph="breakable"),),
+        not_run="the leg runs every prefill eagerly: it captures no breakable prefill graph"),
+    Row("a device without the canary's CUDA kernels (CPU), decode graphs on", (Setting(device="cpu"),),
+        not_run=_NO_INSTALL),
+    Row("EAGLE, a chain of drafts (topk 1)", _EAGLE, (TARGET, DRAFT)),
+    Row("EAGLE, a tree of drafts (topk 2)", _EAGLE, not_run="the engine model has no tree of drafts"),
+    Row("DP attention (graph batches padded across ranks)", models=(PADDED,)),
+    Row("hierarchical cache (HiCache)",
+        not_run="the leg's offload and reload move the canary's records with the KV; what SGLang's "
+        "host pool carries is not yet run"),
+    Row("PD disaggregation, decode side", (Setting(disaggregation_mode="decode"),), (PD_DECODE,)),
+    Row("PD disaggregation, prefill side", (Setting(disaggregation_mode="prefill"),), (PD_PREFILL,)),
+    Row("retraction with a KV backup",
+        not_run="the leg's restore moves the canary's records with the KV; what SGLang's retraction "
+        "backup carries is not yet run"),
+    Row("hybrid SWA model (window 5)", (Setting(pool=SWA_POOL),), window=5),
+    Row("pure SWA model", (),
+        not_run="the engine model has no model whose every layer slides, and which pool class "
+        "SGLang makes for one is not read"),
+    Row("MLA model", (Setting(pool=MLA_POOL),), not_run=_NO_INSTALL),
+    Row("pages of 16 slots", page_size=16),
+    Row("pages of 64 slots", page_size=64),
+    Row("chunked prefill off", models=(UNCHUNKED,)),
+    Row("overlap scheduling",
+        not_run="the engine model runs each step's scheduling, forward and results in turn"),
+)  # fmt: skip
+assert all(s.pool in (MHA_POOL, SWA_POOL, MLA_POOL) for r in ROWS for s in r.settings)
+
+
+def _config(row: Row, model: Model, index: int, **kwargs):
+    """The engine of ``model`` in ``row`` as a server runs it: under EAGLE the write's input
+    assert as the draft's runner allows it (the setting is the server's, one for both
+    models: [22])."""
+    config = wiring.servable(histories.engine_config(
+        index, eagle_offset=model.offset, page_size=row.page_size, window=row.window, **kwargs))  # fmt: skip
+    if len(row.models) > 1:
+        config = dataclasses.replace(
+            config, write_input_assert=wiring.runner_gets_token_oracle(True)
+        )
+    return config
+
+
+def install_cell(row: Row) -> str:
+    """What ``install_canary`` does in each of the row's settings."""
+    outcomes = [str(install(s)) for s in row.settings]
+    if not outcomes:
+        return "not run"
+    if len(set(outcomes)) == 1:
+        return outcomes[0]
+    names = ("target", "draft")
+    return "; ".join(f"{n}: {o}" for n, o in zip(names, outcomes, strict=True))
+
+
+def _first_report(side) -> str:
+    (label, tag, bits), *_ = side.fired
+    checks = "+".join(n for n, b in CHECKS.items() if bits & int(b))
+    return f"{checks} in {label} (tag {tag})"
+
+
+def history_outcome(row: Row, model: Model, index: int = 0) -> str:
+    """History ``index`` of ``model`` in ``row`` through SGLang's runtime and the reference:
+    ``silent``, or what happened first."""
+    from conformance.sglang import manager_run
+
+    engine, reference_run, side = manager_run.sides(_config(row, model, index))
+    first: list[str] = []
+
+    def run(step) -> None:
+        side.run(reference_run, step)
+        if side.fired and not first:
+            first.append(f"{_first_report(side)} at step {engine.steps}")
+
+    try:
+        histories.history(index, run=run, engine=engine, scheduling=model.scheduling)
+    except RuntimeError as error:
+        return f"raises at step {engine.steps}: {error}"
+    except AssertionError as error:
+        return f"differs from the reference: {str(error).splitlines()[0][:160]}"
+    if side.divergent:
+        first.append(f"[20]: {side.divergent} reports")
+    return first[0] if first else f"silent ({engine.steps} steps)"
+
+
+def history_cell(row: Row) -> str:
+    outcomes = [(m.name, history_outcome(row, m)) for m in row.models]
+    if len(outcomes) == 1:
+        return outcomes[0][1]
+    return "; ".join(f"{name}: {o}" for name, o in outcomes)
+
+
+def fired_cells(row: Row, trials: int = 1) -> list[str]:
+    """Per forward mode, the checks SGLang's runtime fired in the row's fault trials."""
+    from conformance.sglang.trials import fault_trial
+
+    fired: Counter = Counter()
+    ran: set[str] = set()  # the step labels the trials ran that the row's server makes
+    for model in row.models:
+        classes = [  # a class that needs a target verify, where the model makes one
+            k for k, c in faults.FAULTS.items()
+            if not c.target_model_only or "verify" in model.scheduling.ops
+        ]  # fmt: skip
+        for mode in model.settle_modes:
+            for t in range(trials):
+                for fault_class in classes:
+                    _, _, side = fault_trial(
+                        fault_class, t, mode, eagle_offset=model.offset,
+                        page_size=row.page_size, window=row.window,
+                        verify="verify" in model.scheduling.ops,
+                        write_input_assert=_config(row, model, t).write_input_assert,
+                    )  # fmt: skip
+                    fired.update({k: n for k, n in side.fired.items() if k[0] in model.shows})
+                    ran.update(side.step_labels & set(model.shows))
+    counts = fired_counts(fired)
+    cells = []
+    for label in MODES:
+        names = [SHORT[c] for c in CHECKS if counts.get((c, label))]
+        cells.append(" ".join(names) if names else ("." if label in ran else ""))
+    return cells
+
+
+def row_cells(row: Row, columns: tuple[str, ...]) -> list[str]:
+    """The cells of ``row``, those of ``columns`` run (``install``, ``history``, ``fired``),
+    the others empty."""
+    cells = [row.option, install_cell(row) if "install" in columns else ""]
+    if row.not_run:
+        return [*cells, f"not run: {row.not_run}", *[""] * len(MODES)]
+    cells.append(history_cell(row) if "history" in columns else "")
+    if "fired" in columns and any(m.settle_modes for m in row.models):
+        return [*cells, *fired_cells(row)]
+    note = "not run: no fault settles without a decode" if "fired" in columns else ""
+    return [*cells, note, *[""] * (len(MODES) - 1)]
+
+
+def table(columns: tuple[str, ...] = ("install", "history", "fired")) -> list[list[str]]:
+    return [row_cells(row, columns) for row in ROWS]
+
+
+def render(rows: list[list[str]], version: str) -> str:
+    """``docs/SUPPORT.md``'s text."""
+    lines = [
+        "# Support matrix: SGLang's canary per serving configuration",
+        "",
+        f"Generated by `python -m conformance.sglang.matrix` on sglang {version}; "
+        "checked by `--check` (see `conformance/sglang/matrix.py` for what each cell runs).",
+        "",
+        "Checks: " + ", ".join(f"{s} {c}" for c, s in SHORT.items()) + "; `.`: the mode ran "
+        "in the row's fault trials and nothing fired; empty: the trials never ran it.",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
+    lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def parse(text: str) -> tuple[str, list[list[str]]]:
+    """The release and the rows of a ``docs/SUPPORT.md``."""
+    release = re.search(r"on sglang (\S+);", text)
+    if release is None:
+        raise LookupError("docs/SUPPORT.md names no release")
+    rows = [
+        [c.strip() for c in line.strip()[1:-1].split(" | ")]
+        for line in text.splitlines()
+        if line.startswith("| ") and not line.startswith("| option |")
+    ]
+    return release.group(1), rows
+
+
+def problems(made: list[list[str]], kept: list[list[str]], columns: tuple[str, ...]) -> list[str]:
+    """Where the cells run differ from the file's (only those of ``columns``)."""
+    index = {"install": (1,), "history": (2,), "fired": tuple(range(3, len(COLUMNS)))}
+    which = [i for c in columns for i in index[c]]
+    if [r[0] for r in made] != [r[0] for r in kept]:
+        return ["the rows differ from docs/SUPPORT.md's: regenerate it"]
+    return [
+        f"{mine[0]}: {COLUMNS[i]} is {mine[i]!r}, docs/SUPPORT.md says {theirs[i]!r}"
+        for mine, theirs in zip(made, kept, strict=True)
+        for i in which
+        if mine[i] != theirs[i] and not (mine[i] == "" and i > 2)
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m conformance.sglang.matrix", description=__doc__
+    )
+    parser.add_argument("--check", action="store_true", help="compare with docs/SUPPORT.md")
+    parser.add_argument("--cells", default="install,history,fired",
+                        help="the columns to run, comma-separated (default: all)")  # fmt: skip
+    options = parser.parse_args(argv)
+    columns = tuple(options.cells.split(","))
+    if set(columns) - {"install", "history", "fired"}:
+        parser.error(f"--cells takes install, history and fired, not {options.cells}")
+    if not loading.load_or_say(loading.manager_modules):
+        return 2
+    version = upstream.installed_version()
+    made = table(columns)
+    if not options.check:
+        if columns != ("install", "history", "fired"):
+            parser.error("write docs/SUPPORT.md with every column (leave out --cells)")
+        DOC.write_text(render(made, version))
+        print(f"wrote {DOC.name} (sglang {version})")
+        return 0
+    release, kept = parse(DOC.read_text())
+    print(render(made, version), end="")
+    if release != version:
+        print(f"docs/SUPPORT.md is of sglang {release}; this run, of {version}, is shown only")
+        return 0
+    found = problems(made, kept, columns)
+    for line in found:
+        print(f"problem: {line}")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

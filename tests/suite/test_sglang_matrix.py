@@ -1,0 +1,129 @@
+"""The support matrix (``conformance/sglang/matrix.py``, ``docs/SUPPORT.md``) and SGLang's
+``install_canary`` run from its source (``conformance/sglang/install.py``)."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+
+import pytest
+
+from conformance.sglang import histories, install, loading, matrix
+from engine_model import Engine
+
+
+def test_install_canary_refuses_what_sglang_refuses_and_installs_the_rest():
+    """Each refusal is SGLang's own exception and message; the groups are the attacher's."""
+    refused = install.install(install.Setting(prefill_graph="tc_piecewise"))
+    assert isinstance(refused, install.Refused) and refused.error == "AssertionError"
+    assert "piecewise" in refused.message
+    refused = install.install(install.Setting(pool=install.MLA_POOL))
+    assert isinstance(refused, install.Refused) and refused.error == "NotImplementedError"
+    assert install.MLA_POOL in refused.message
+    assert install.install(install.Setting()) == install.Installed(
+        attacher="attach_mha", groups=("FULL",), swa_window_size=0, speculative_num_steps=1,
+        is_eagle_draft_decode=False, kv_token_id_vs_position_offset=0,
+    )  # fmt: skip
+    swa = install.install(install.Setting(pool=install.SWA_POOL))
+    assert isinstance(swa, install.Installed) and swa.groups == ("FULL", "SWA")
+    draft = install.install(install.Setting(draft_worker=True, speculative_num_steps=3))
+    assert isinstance(draft, install.Installed)
+    assert (draft.kv_token_id_vs_position_offset, draft.speculative_num_steps) == (1, 3)
+    assert draft.is_eagle_draft_decode
+
+
+def _copy_of_install_sources(tmp_path):
+    """The files :func:`install.install` reads, copied under ``tmp_path`` as a release lays
+    them out: its ``srt/kv_canary`` folder there."""
+    root = loading.sglang_root()
+    for relative in (
+        "srt/kv_canary/api.py",
+        "srt/kv_canary/pool_patcher",
+        "srt/model_executor/cuda_graph_config.py",
+        "kernels/ops/kv_canary/_dispatch.py",
+    ):
+        source, target = root / relative, tmp_path / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target)
+        else:
+            shutil.copy(source, target)
+    return tmp_path / "srt" / "kv_canary"
+
+
+def test_the_outcome_is_the_release_source_s(tmp_path):
+    """Able to fail: a release whose install_canary had no piecewise assert would install,
+    and one whose registry named the MLA pool would attach it; nothing in the stand-ins
+    refuses."""
+    root = _copy_of_install_sources(tmp_path)
+    api = root / "api.py"
+    text = api.read_text()
+    assert "assert not check_cuda_graph_backend(Phase.PREFILL, Backend.TC_PIECEWISE)" in text
+    api.write_text(text.replace(
+        "assert not check_cuda_graph_backend(Phase.PREFILL, Backend.TC_PIECEWISE)",
+        "assert True or check_cuda_graph_backend(Phase.PREFILL, Backend.TC_PIECEWISE)"))  # fmt: skip
+    piecewise = install.Setting(prefill_graph="tc_piecewise")
+    assert isinstance(install.install(piecewise, root), install.Installed)
+    patcher = root / "pool_patcher" / "api.py"
+    patcher.write_text(patcher.read_text().replace(
+        "    MHATokenToKVPool: attach_mha,", "    MHATokenToKVPool: attach_mha,\n"
+        "    MLATokenToKVPool: attach_mha,"))  # fmt: skip
+    mla = install.install(install.Setting(pool=install.MLA_POOL), root)
+    assert isinstance(mla, install.Installed) and mla.groups == ("FULL",)
+
+
+def test_every_pool_class_the_matrix_names_is_sglang_s():
+    """The pools a row installs on are classes SGLang's ``mem_cache`` defines."""
+    classes = {
+        node.name
+        for path in (loading.sglang_root() / "srt" / "mem_cache").rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+    }
+    named = {s.pool for row in matrix.ROWS for s in row.settings}
+    assert named and named <= classes
+
+
+@pytest.mark.parametrize("model", sorted(
+    {m for row in matrix.ROWS if not row.not_run for m in row.models}, key=repr))  # fmt: skip
+def test_a_row_s_history_makes_only_the_forwards_its_server_makes(model):
+    """Every forward of a model's histories is of a step label its server makes (or an idle
+    step, or a PD transfer's prefill engine's), and every label the model shows but SWEEP
+    occurs in its first histories."""
+    seen = set()
+    for index in range(4):
+        config = histories.engine_config(index, eagle_offset=model.offset, page_size=1, window=0)
+        engine = Engine(config)
+        for forward in histories.history(index, engine=engine, scheduling=model.scheduling):
+            label = histories.step_label(forward)
+            if label.prefill_engine or label.mode == "IDLE":
+                continue
+            seen.add(str(label))
+    assert seen <= set(model.shows), seen - set(model.shows)
+    assert set(model.shows) - {matrix.SWEEP_L} <= seen
+
+
+def test_the_docs_install_and_history_cells_are_today_s_runs():
+    """``docs/SUPPORT.md``'s install and history cells, run afresh on the installed release
+    (the nightly job runs every cell on every release)."""
+    release, kept = matrix.parse(matrix.DOC.read_text())
+    made = matrix.table(("install", "history"))
+    if release != loading_version():
+        pytest.skip(f"docs/SUPPORT.md is of sglang {release}")
+    assert matrix.problems(made, kept, ("install", "history")) == []
+
+
+def test_a_changed_cell_is_a_problem():
+    """Able to fail: a cell that differs from the file's, in a column checked, is named."""
+    _, kept = matrix.parse(matrix.DOC.read_text())
+    changed = [list(row) for row in kept]
+    changed[0][2] = "raises at step 1: something"
+    assert matrix.problems(changed, kept, ("install",)) == []
+    (problem,) = matrix.problems(changed, kept, ("install", "history"))
+    assert kept[0][0] in problem and "history" in problem
+
+
+def loading_version() -> str:
+    from conformance import upstream
+
+    return upstream.installed_version()
