@@ -330,6 +330,32 @@ DIVERGENCES: dict[int, Divergence] = {
         "repro_22_draft_runner_has_no_token_oracle.py",
         ("0.5.18", "0.5.23"),
     ),
+    23: Divergence(
+        "KV that SGLang moves without a forward (a retraction's backup, HiCache) moves without "
+        "the canary's records: a correct server reports the moved slots",
+        "core",
+        "A PD decode server with the canary and a `cpu_tensor` retraction backup reports the "
+        "positions of every resumed request at its next decode (`CHAIN`, `POSITION`, and "
+        "`TOKEN` and `REAL_KV` where the stale record's differ), and a server with HiCache "
+        "reports a reloaded prefix at the next cache sweep: no fault, only moved KV. "
+        "`install_canary` keeps the canary's buffers beside the pool's and splices them into "
+        "`get_contiguous_buf_infos`, the list a PD transfer moves (carried: the runtime leg "
+        "runs the splice). The retraction backup (`backup_kv_cache` and `restore_kv_cache`, "
+        "through `Req.offload_kv_cache` and `load_kv_cache`) copies "
+        "`MHATokenToKVPool.get_cpu_copy`'s per-layer K and V buffers into the slots newly "
+        "allocated to the resumed request (`load_cpu_copy`), and on 0.5.23 HiCache's host "
+        "pool copies the buffers of the pool's buffer info (`_mha_buffers`: the per-layer K "
+        "and V buffers; the host pool's own copy in `pool_host/mha.py` read, not run); the "
+        "canary's records of the new slots stay those of their previous owner. The script "
+        "runs `get_cpu_copy`, `load_cpu_copy` and `_mha_buffers` from their source on a pool "
+        "with SGLang's canary records and verifies the restored position with SGLang's "
+        "verify launcher; the support matrix (`conformance/sglang/matrix.py`, "
+        "`conformance/sglang/kv_paths.py`) runs both paths on correct histories through "
+        "SGLang's per-forward runtime and shows each first report. Releases before 0.5.23 "
+        "have no `_mha_buffers`: their HiCache path is not run.",
+        "repro_23_kv_moves_leave_records_behind.py",
+        ("0.5.13", "0.5.23"),
+    ),
 }
 
 

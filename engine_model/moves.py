@@ -72,11 +72,12 @@ class Moves(PrefixCache):
 
     def relocate(self, pick: int, *, kv: bool = True, records: bool = True) -> list[Move]:
         """A cached prefix no request uses is offloaded to the host pool and loaded back into
-        other pages, as HiCache does (``mem_cache/memory_pool_host.py``, ``pool_host/``): its
-        KV and its records go to the host and come back into the new slots, the old pages are
-        freed. ``kv`` or ``records`` False: the load leaves the new ``FULL`` slots' KV or
-        records as they were (a fault: :mod:`engine_model.faults`). Returns the offload and the
-        reload, to run in order (none: no such prefix, or no free pages)."""
+        other pages, the movement of HiCache (``mem_cache/pool_host/``): its KV and its
+        records go to the host and come back into the new slots, the old pages are freed.
+        ``kv`` or ``records`` False: the load leaves the new ``FULL`` slots' KV or records as
+        they were (a fault: :mod:`engine_model.faults`; SGLang's host pool leaves the records,
+        [23] of ``docs/UPSTREAM.md``). Returns the offload and the reload, to run in order
+        (none: no such prefix, or no free pages)."""
         idle = [e for e in self.cache if not any(self.req_refs[p] for p in e.pages)]
         entry = pick_from(idle, pick)
         if entry is None:
@@ -100,9 +101,11 @@ class Moves(PrefixCache):
         self.log.append(f"relocate: a cached prefix of {entry.length} into pages {list(pages)}")
         return [offload, reload]
 
-    def restore(self, pick: int) -> Move | None:
+    def restore(self, pick: int, *, records: bool = True) -> Move | None:
         """A retracted request whose KV was backed up comes back in a free row with new pages,
-        its KV and records loaded from the backup: it goes on where it stopped."""
+        its KV and records loaded from the backup: it goes on where it stopped. ``records``
+        False: the load leaves the new ``FULL`` slots' records as they were (SGLang's
+        ``cpu_tensor`` retraction backup, :mod:`conformance.sglang.kv_paths`)."""
         ready = [r for r in self.waiting if r.rid in self.backups]
         req = pick_from(ready, pick)
         if req is None or not self.free_rows:
@@ -117,7 +120,8 @@ class Moves(PrefixCache):
         full = [self.full_slot(req, p) for p in range(written)]
         self.req_to_token[req.row, :written] = full
         self.running[req.rid] = req
-        load = self._load("restore", key, full, resident, np.arange(written, dtype=np.int64))
+        taken = np.arange(written, dtype=np.int64)
+        load = self._load("restore", key, full, resident, taken, records=records)
         self.steps += 1
         self.events["a retracted request restored from its backup"] += 1
         self.log.append(f"restore: request {req.rid}, row {req.row}, {written} positions")

@@ -38,6 +38,7 @@ from reference import RealKvHashMode
 
 __all__ = [
     "EVERY_EVENT",
+    "MOVE_OPS",
     "EXPECTED_INPUTS_REQUIRED",
     "REQUIRED",
     "REQUIRED_STEPS",
@@ -159,6 +160,9 @@ OPS = ("admit", "prefill", "decode", GRAPH_DECODE, "mixed", "idle", "verify", "d
        "draftext", "finish", "retract", "readmit", "receive", "relocate", "twin", "sweep")  # fmt: skip
 
 
+#: Events no history of the legs draws, a scheduling may: a running request retracted with its
+#: KV backed up to the host (a PD decode server's retraction), and one restored from its backup.
+MOVE_OPS = ("backup", "restore")
 #: The forward a step without another makes: a decode, EAGLE's target verify or its draft
 #: model's multi-step draft decode, or (a PD prefill engine) a prefill alone.
 FALLBACKS = ("decode", "verify", "draft", "prefill")
@@ -180,10 +184,14 @@ class Scheduling:
     min_pad: int = 0
     chunk: int | None = None
     first_requests: int = 3  # admitted before the first step (none on a PD decode engine)
+    #: whether a HiCache reload and a retraction's restore carry the canary's records with the
+    #: KV (as the legs' engines move them; SGLang's paths: :mod:`conformance.sglang.kv_paths`)
+    reload_records: bool = True
+    restore_records: bool = True
 
     def __post_init__(self) -> None:
-        if not self.ops or set(self.ops) - set(OPS):
-            raise ValueError(f"ops must be some of {OPS}: {self.ops}")
+        if not self.ops or set(self.ops) - set(OPS + MOVE_OPS):
+            raise ValueError(f"ops must be some of {OPS + MOVE_OPS}: {self.ops}")
         if self.fallback not in FALLBACKS:
             raise ValueError(f"fallback must be one of {FALLBACKS}: {self.fallback!r}")
 
@@ -224,25 +232,28 @@ def history(
     for _ in range(steps):
         op = rng.choice(scheduling.ops)
         pick = int(rng.integers(0, 8))
-        _event(engine, rng, op, pick, keep, scheduling.chunk or PREFILL_CHUNK)
+        _event(engine, rng, op, pick, keep, scheduling)
         chunk = int(rng.integers(1, 7))
         _forward(engine, op, pick, chunk if scheduling.chunk is None else scheduling.chunk, keep,
                  on_sweep, scheduling)  # fmt: skip
     return out
 
 
-def _event(engine: Engine, rng, op: str, pick: int, keep, chunk: int = PREFILL_CHUNK) -> None:
-    """The scheduler event of ``op`` that comes before a step's forward, if any (``chunk``: a
-    twin's prefill chunk)."""
+def _event(engine: Engine, rng, op: str, pick: int, keep, scheduling: Scheduling) -> None:
+    """The scheduler event of ``op`` that comes before a step's forward, if any."""
     if op == "admit":
         engine.admit(int(rng.integers(1, 8)), pick % 3)
-    elif op in ("finish", "retract", "readmit", "relocate"):
+    elif op in ("finish", "retract", "readmit", "backup"):
         keep(getattr(engine, op)(pick))
+    elif op == "relocate":
+        keep(engine.relocate(pick, records=scheduling.reload_records))
+    elif op == "restore":
+        keep(engine.restore(pick, records=scheduling.restore_records))
     elif op == "receive":
         keep(engine.receive(int(rng.integers(2, 8))))
     elif op == "twin":  # computed again, then inserted: its row rebound to the cache's pages
         rid = engine.admit_twin(pick, int(rng.integers(1, 4)))
-        keep(engine.prefill(chunk))
+        keep(engine.prefill(scheduling.chunk or PREFILL_CHUNK))
         if rid is not None:
             engine.insert(0, rid=rid)
 

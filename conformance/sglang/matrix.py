@@ -37,10 +37,11 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import reference
 from conformance import upstream
-from conformance.sglang import histories, loading, wiring
+from conformance.sglang import histories, kv_paths, loading, wiring
 from conformance.sglang.fired import CHECKS, fired_counts
-from conformance.sglang.histories import GRAPH_DECODE, OPS, Scheduling
+from conformance.sglang.histories import GRAPH_DECODE, MOVE_OPS, OPS, Scheduling
 from conformance.sglang.install import MHA_POOL, MLA_POOL, SWA_POOL, Setting, install
 from engine_model import faults
 from engine_model.vocabulary import (
@@ -136,6 +137,31 @@ PD_DECODE = Model("decode", 0, Scheduling(PD_DECODE_OPS, first_requests=0), (GRA
                   (DECODE_L, GRAPH_DECODE_L, SWEEP_L))  # fmt: skip
 PD_PREFILL = Model("prefill", 0, Scheduling(PD_PREFILL_OPS, fallback="prefill"), (),
                    (EXTEND_L, SWEEP_L))  # fmt: skip
+#: HiCache's offload and reload of cached prefixes, and a PD decode server's retractions with a
+#: KV backup restored into new slots, each moving what SGLang's path moves (kv_paths).
+HICACHE_MODEL = Model("model", 0, Scheduling(PLAIN_OPS + ("relocate",)), (GRAPH_DECODE, MIXED))
+BACKUP_MODEL = Model("decode", 0, Scheduling(PD_DECODE_OPS + MOVE_OPS, first_requests=0),
+                     (GRAPH_DECODE,), (DECODE_L, GRAPH_DECODE_L, SWEEP_L))  # fmt: skip
+
+
+#: The events whose KV moves follow SGLang's paths, and the paths (kv_paths).
+PATHS = {"relocate": kv_paths.HICACHE, "restore": kv_paths.RETRACTION_BACKUP}
+
+
+def served(scheduling: Scheduling) -> Scheduling | str:
+    """``scheduling`` with its KV moves carrying what SGLang's paths carry of the canary
+    (:func:`conformance.sglang.kv_paths.carries`, run on the installed release), or why it
+    cannot be (a path its events take that does not run on this release)."""
+    unknown = [p for op, p in PATHS.items() if op in scheduling.ops and kv_paths.carries(p) is None]
+    if unknown:
+        return f"not run: the {unknown[0]} path does not run on this release"
+    return dataclasses.replace(
+        scheduling,
+        reload_records=bool(kv_paths.carries(kv_paths.HICACHE)),
+        restore_records=bool(kv_paths.carries(kv_paths.RETRACTION_BACKUP)),
+    )
+
+
 UNCHUNKED = Model(
     "model", 0, Scheduling(PLAIN_OPS, chunk=histories.CONTEXT_LEN), (GRAPH_DECODE, MIXED)
 )
@@ -170,14 +196,11 @@ ROWS = (
     Row("EAGLE, a chain of drafts (topk 1)", _EAGLE, (TARGET, DRAFT)),
     Row("EAGLE, a tree of drafts (topk 2)", _EAGLE, not_run="the engine model has no tree of drafts"),
     Row("DP attention (graph batches padded across ranks)", models=(PADDED,)),
-    Row("hierarchical cache (HiCache)",
-        not_run="the leg's offload and reload move the canary's records with the KV; what SGLang's "
-        "host pool carries is not yet run"),
+    Row("hierarchical cache (HiCache)", models=(HICACHE_MODEL,)),
     Row("PD disaggregation, decode side", (Setting(disaggregation_mode="decode"),), (PD_DECODE,)),
     Row("PD disaggregation, prefill side", (Setting(disaggregation_mode="prefill"),), (PD_PREFILL,)),
-    Row("retraction with a KV backup",
-        not_run="the leg's restore moves the canary's records with the KV; what SGLang's retraction "
-        "backup carries is not yet run"),
+    Row("PD decode side, retraction with a KV backup (cpu_tensor)",
+        (Setting(disaggregation_mode="decode"),), (BACKUP_MODEL,)),
     Row("hybrid SWA model (window 5)", (Setting(pool=SWA_POOL),), window=5),
     Row("pure SWA model", (),
         not_run="the engine model has no model whose every layer slides, and which pool class "
@@ -219,7 +242,7 @@ def install_cell(row: Row) -> str:
 def _first_report(side) -> str:
     (label, tag, bits), *_ = side.fired
     checks = "+".join(n for n, b in CHECKS.items() if bits & int(b))
-    return f"{checks} in {label} (tag {tag})"
+    return f"{checks} in {label} ({reference.CanaryLaunchTag(tag).name})"
 
 
 def history_outcome(row: Row, model: Model, index: int = 0) -> str:
@@ -227,6 +250,9 @@ def history_outcome(row: Row, model: Model, index: int = 0) -> str:
     ``silent``, or what happened first."""
     from conformance.sglang import manager_run
 
+    scheduling = served(model.scheduling)
+    if isinstance(scheduling, str):
+        return scheduling
     engine, reference_run, side = manager_run.sides(_config(row, model, index))
     first: list[str] = []
 
@@ -236,7 +262,7 @@ def history_outcome(row: Row, model: Model, index: int = 0) -> str:
             first.append(f"{_first_report(side)} at step {engine.steps}")
 
     try:
-        histories.history(index, run=run, engine=engine, scheduling=model.scheduling)
+        histories.history(index, run=run, engine=engine, scheduling=scheduling)
     except RuntimeError as error:
         return f"raises at step {engine.steps}: {error}"
     except AssertionError as error:

@@ -127,3 +127,50 @@ def loading_version() -> str:
     from conformance import upstream
 
     return upstream.installed_version()
+
+
+def test_sglang_s_retraction_backup_and_hicache_leave_the_records_behind():
+    """[23]: run on the installed release, each path moves (or names) the KV and not the
+    canary's records."""
+    from conformance.sglang import kv_paths
+
+    moved = {p.name: p for p in kv_paths.paths()}
+    backup = moved[kv_paths.RETRACTION_BACKUP]
+    assert backup.kv_moved and not backup.records_moved
+    if kv_paths.HICACHE in moved:  # 0.5.23 on
+        assert moved[kv_paths.HICACHE].kv_moved and not moved[kv_paths.HICACHE].records_moved
+
+
+def test_a_copy_that_moves_nothing_is_seen(tmp_path):
+    """Able to fail: a release whose load_cpu_copy loaded nothing would show its KV left."""
+    from conformance.sglang import kv_paths
+
+    text = kv_paths.memory_pool_file().read_text()
+    marker = "    def load_cpu_copy(\n        self, kv_cache_cpu, indices, mamba_indices=None"
+    assert text.count(marker) >= 1
+    start = text.index("class MHATokenToKVPool(")
+    at = text.index(marker, start)
+    body = text.index("current_platform.synchronize()", at)
+    broken = text[:body] + "return None\n        " + text[body:]
+    path = tmp_path / "memory_pool.py"
+    path.write_text(broken)
+    assert not kv_paths.retraction_backup(path).kv_moved
+
+
+@pytest.mark.parametrize("records", [True, False])
+def test_a_hicache_history_reports_only_where_the_reload_leaves_the_records(records):
+    """The HiCache row's history is silent where its reloads carry the records, as the legs'
+    engines move them, and reports where they do not, as SGLang's host pool moves them: the
+    row's reports come from the records left behind."""
+    import dataclasses
+
+    from conformance.sglang import manager_run
+
+    row = next(r for r in matrix.ROWS if "HiCache" in r.option)
+    (model,) = row.models
+    scheduling = dataclasses.replace(model.scheduling, reload_records=records)
+    engine, reference_run, side = manager_run.sides(matrix._config(row, model, 0))
+    histories.history(0, run=lambda step: side.run(reference_run, step), engine=engine,
+                      scheduling=scheduling)  # fmt: skip
+    assert engine.events["a cached prefix offloaded and reloaded into other slots"]
+    assert bool(side.fired) == (not records), side.fired
