@@ -30,7 +30,6 @@ A stand-in refuses nothing: every refusal :func:`install` reports is raised by S
 from __future__ import annotations
 
 import ast
-import dataclasses
 import functools
 import logging
 import types
@@ -142,34 +141,42 @@ def _recorder(**kwargs) -> types.SimpleNamespace:
     return types.SimpleNamespace(**kwargs)
 
 
-def install(setting: Setting, root: Path | None = None) -> Installed | Refused:
-    """``install_canary`` of the installed release (or of the ``srt/kv_canary`` folder
-    ``root``) run from its source in ``setting``: what it installs, or the exception it
-    raises."""
-    root = root or kv_canary_dir()
-    srt = root.parent
-    source = (root / "api.py").read_text()
+def _graph_scope(srt: Path, setting: Setting, source: str) -> dict:
+    """``Phase``, ``Backend`` and ``check_cuda_graph_backend`` of the release's
+    ``cuda_graph_config.py``, over the setting's backends as the published configuration (from
+    0.5.18; up to 0.5.17 the server args' and the global server args' configuration); none
+    where ``install_canary`` reads no such configuration."""
     graph: dict = {}
+    if "check_cuda_graph_backend" not in source:
+        return graph
     graph_file = srt / "model_executor" / "cuda_graph_config.py"
-    if "check_cuda_graph_backend" in source:  # from 0.5.18: the published graph configuration
-        loading.from_source(graph_file, ("Phase", "Backend"), graph)
-        published = types.SimpleNamespace(
-            decode=types.SimpleNamespace(backend=setting.decode_graph),
-            prefill=types.SimpleNamespace(backend=setting.prefill_graph),
-        )
-        graph["get_exec"] = lambda: types.SimpleNamespace(
-            graph=types.SimpleNamespace(cuda_graph_config=published)
-        )
-        # up to 0.5.17 the configuration is the (global) server args'
-        graph["get_global_server_args"] = graph["get_server_args"] = lambda: types.SimpleNamespace(
-            cuda_graph_config=published
-        )
-        loading.from_source(graph_file, ("check_cuda_graph_backend",), graph, scope_imports=True)
-    kernels: dict = {"torch": torch}
-    if "use_torch_reference" in source:
-        dispatch = srt.parent / "kernels" / "ops" / "kv_canary" / "_dispatch.py"
-        loading.from_source(dispatch, ("use_torch_reference",), kernels)
+    loading.from_source(graph_file, ("Phase", "Backend"), graph)
+    published = types.SimpleNamespace(
+        decode=types.SimpleNamespace(backend=setting.decode_graph),
+        prefill=types.SimpleNamespace(backend=setting.prefill_graph),
+    )
+    graph["get_exec"] = lambda: types.SimpleNamespace(
+        graph=types.SimpleNamespace(cuda_graph_config=published)
+    )
+    graph["get_global_server_args"] = graph["get_server_args"] = lambda: types.SimpleNamespace(
+        cuda_graph_config=published
+    )
+    loading.from_source(graph_file, ("check_cuda_graph_backend",), graph, scope_imports=True)
+    return {k: graph[k] for k in ("Phase", "Backend", "check_cuda_graph_backend")}
 
+
+def _kernel_scope(srt: Path, source: str) -> dict:
+    """The release's ``use_torch_reference``, where ``install_canary`` asks it."""
+    if "use_torch_reference" not in source:
+        return {}
+    dispatch = srt.parent / "kernels" / "ops" / "kv_canary" / "_dispatch.py"
+    return {"use_torch_reference": loading.from_source(
+        dispatch, ("use_torch_reference",), {"torch": torch})["use_torch_reference"]}  # fmt: skip
+
+
+def _patcher(root: Path) -> tuple[dict[str, str], dict[str, type], object]:
+    """The registry of attachers (pool class name to attacher name), a stand-in class of each
+    registered name, and ``attach_canary_buffers`` run from its source over them."""
     patcher_file = root / "pool_patcher" / "api.py"
     registry = _registry(patcher_file)
     pool_classes = {name: type(name, (), {}) for name in registry}
@@ -178,7 +185,7 @@ def install(setting: Setting, root: Path | None = None) -> Installed | Refused:
             root / "pool_patcher" / "adapters" / f"{attacher.removeprefix('attach_')}.py"))
         for attacher in set(registry.values())
     }  # fmt: skip
-    patcher = loading.from_source(
+    scope = loading.from_source(
         patcher_file,
         ("attach_canary_buffers",),
         {
@@ -187,13 +194,18 @@ def install(setting: Setting, root: Path | None = None) -> Installed | Refused:
             "logger": logging.getLogger("kv_canary.install"),
         },
     )
-    pool_class = pool_classes.get(setting.pool) or type(setting.pool, (), {})
+    return registry, pool_classes, scope["attach_canary_buffers"]
+
+
+def _install_scope(setting: Setting, attach) -> dict:
+    """The names ``install_canary`` reads besides SGLang's functions run from source: the
+    server's configuration of ``setting``, and recorders for what it builds."""
     mode = types.SimpleNamespace(NONE="none", LOG="log")
-    scope = {
+    spec = types.SimpleNamespace(speculative_num_steps=setting.speculative_num_steps)
+    disagg = types.SimpleNamespace(disaggregation_mode=setting.disaggregation_mode)
+    return {
         "torch": torch,
         "logger": logging.getLogger("kv_canary.install"),
-        **{k: v for k, v in graph.items() if k in ("Phase", "Backend", "check_cuda_graph_backend")},
-        **{k: v for k, v in kernels.items() if k == "use_torch_reference"},
         "current_platform": types.SimpleNamespace(
             capabilities=types.SimpleNamespace(graph_capture=True)
         ),
@@ -202,31 +214,27 @@ def install(setting: Setting, root: Path | None = None) -> Installed | Refused:
         ),
         "CanaryMode": mode,
         "PerturbConfig": types.SimpleNamespace(from_env=lambda: types.SimpleNamespace()),
-        "attach_canary_buffers": patcher["attach_canary_buffers"],
+        "attach_canary_buffers": attach,
         "SWATokenToKVPoolAllocator": type("SWATokenToKVPoolAllocator", (), {}),
         "CanaryLaunchCapacities": types.SimpleNamespace(from_args=_recorder),
         "CanaryManager": _recorder,
         "_patch_model_forward": lambda **kwargs: None,
-        "get_spec": lambda: types.SimpleNamespace(
-            speculative_num_steps=setting.speculative_num_steps
-        ),
-        "get_disagg": lambda: types.SimpleNamespace(
-            disaggregation_mode=setting.disaggregation_mode
-        ),
+        "get_spec": lambda: spec,
+        "get_disagg": lambda: disagg,
         "get_parallel": lambda: types.SimpleNamespace(),
     }
-    names = ["install_canary"]
-    if "def torch_reference_conflicts_with_decode_graph" in source:
-        names.append("torch_reference_conflicts_with_decode_graph")
-    loading.from_source(root / "api.py", tuple(names), scope)
-    # the options a release up to 0.5.17 reads from its ServerArgs instead
+
+
+def _runner(setting: Setting, pool_class: type) -> types.SimpleNamespace:
+    """A model runner of ``setting``: its device, role, pool and sizes, and the server args a
+    release up to 0.5.17 reads the options from."""
     server_args = types.SimpleNamespace(
         disable_piecewise_cuda_graph=setting.prefill_graph != "tc_piecewise",
         disable_cuda_graph=setting.decode_graph == "disabled",
         speculative_num_steps=setting.speculative_num_steps,
         disaggregation_mode=setting.disaggregation_mode,
     )
-    runner = types.SimpleNamespace(
+    return types.SimpleNamespace(
         server_args=server_args,
         device=setting.device,
         is_draft_worker=setting.draft_worker,
@@ -238,25 +246,35 @@ def install(setting: Setting, root: Path | None = None) -> Installed | Refused:
         max_total_num_tokens=96,
         sliding_window_size=None,
     )
+
+
+def install(setting: Setting, root: Path | None = None) -> Installed | Refused:
+    """``install_canary`` of the installed release (or of the ``srt/kv_canary`` folder
+    ``root``) run from its source in ``setting``: what it installs, or the exception it
+    raises."""
+    root = root or kv_canary_dir()
+    source = (root / "api.py").read_text()
+    registry, pool_classes, attach = _patcher(root)
+    scope = _install_scope(setting, attach)
+    scope.update(_graph_scope(root.parent, setting, source))
+    scope.update(_kernel_scope(root.parent, source))
+    names = ["install_canary"]
+    if "def torch_reference_conflicts_with_decode_graph" in source:
+        names.append("torch_reference_conflicts_with_decode_graph")
+    loading.from_source(root / "api.py", tuple(names), scope)
+    runner = _runner(setting, pool_classes.get(setting.pool) or type(setting.pool, (), {}))
     try:
         manager = scope["install_canary"](
-            server_args=server_args, model_runner=runner, token_oracle_manager=None
+            server_args=runner.server_args, model_runner=runner, token_oracle_manager=None
         )
     except (AssertionError, ValueError, NotImplementedError, RuntimeError) as error:
         return Refused(type(error).__name__, str(error))
     groups = manager.buffer_groups
     return Installed(
-        attacher=next(a for c, a in registry.items() if c == setting.pool),
+        attacher=registry[setting.pool],
         groups=tuple(g.kind.name for g in groups),
         swa_window_size=manager.swa_window_size,
         speculative_num_steps=manager.speculative_num_steps,
         is_eagle_draft_decode=manager.is_eagle_draft_decode,
         kv_token_id_vs_position_offset=groups[0].offset,
-    )
-
-
-def settings_differ(a: Setting, b: Setting) -> tuple[str, ...]:
-    """The fields of two settings that differ (a matrix row's from the baseline's)."""
-    return tuple(
-        f.name for f in dataclasses.fields(Setting) if getattr(a, f.name) != getattr(b, f.name)
     )

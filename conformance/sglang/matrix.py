@@ -41,15 +41,27 @@ import reference
 from conformance import upstream
 from conformance.sglang import histories, kv_paths, loading, wiring
 from conformance.sglang.fired import CHECKS, fired_counts
-from conformance.sglang.histories import GRAPH_DECODE, MOVE_OPS, OPS, Scheduling
+from conformance.sglang.histories import (
+    GRAPH_DECODE,
+    GRAPH_DECODE_STEP,
+    GRAPH_VERIFY_STEP,
+    MOVE_OPS,
+    OPS,
+    Scheduling,
+)
 from conformance.sglang.install import MHA_POOL, MLA_POOL, SWA_POOL, Setting, install
 from engine_model import faults
 from engine_model.vocabulary import (
     DECODE,
+    DRAFT_DECODE,
+    DRAFT_EXTEND_V2,
     DRAFT_SETTLE_MODES,
+    EXTEND,
     MANAGER_SETTLE_MODES,
     MIXED,
+    SWEEP_STEP,
     TARGET_VERIFY,
+    StepLabel,
 )
 
 __all__ = ["COLUMNS", "DOC", "ROWS", "Model", "Row", "main", "table"]
@@ -65,18 +77,11 @@ SHORT = {
     "WRITE_TOKEN": "WT",
     "WRITE_POSITION": "WP",
 }
-#: The forward modes of the ``fired`` cells, as step labels name them, and their headers.
-MODES = {
-    "DECODE": "DECODE",
-    "DECODE replaying a graph": "graph DECODE",
-    "MIXED": "MIXED",
-    "EXTEND": "EXTEND",
-    "TARGET_VERIFY": "TARGET_VERIFY",
-    "TARGET_VERIFY replaying a graph": "graph TARGET_VERIFY",
-    "DECODE of the draft model": "draft DECODE",
-    "DRAFT_EXTEND_V2": "DRAFT_EXTEND_V2",
-    "SWEEP": "SWEEP",
-}
+#: The forward modes of the ``fired`` cells: their step labels' text, and their headers.
+_LABELS = (StepLabel(DECODE), GRAPH_DECODE_STEP, StepLabel(MIXED), StepLabel(EXTEND),
+           StepLabel(TARGET_VERIFY), GRAPH_VERIFY_STEP, DRAFT_DECODE, StepLabel(DRAFT_EXTEND_V2),
+           SWEEP_STEP)  # fmt: skip
+MODES = {str(label): label.short for label in _LABELS}
 #: The matrix's columns: the cells of a row, then its fired checks per mode.
 COLUMNS = ("option", "install", "history", *MODES.values())
 
@@ -97,16 +102,8 @@ PD_PREFILL_OPS = ("admit", "prefill", "finish", "twin", "sweep")
 #: The step labels of the forwards (and sweeps) each kind of server makes: the ``fired`` cells
 #: show these only (a fault trial's settle may make a step that the row's server never does,
 #: such as a plain decode of a model under EAGLE, whose reports are left out).
-EXTEND_L, DECODE_L, GRAPH_DECODE_L, MIXED_L = (
-    "EXTEND",
-    "DECODE",
-    "DECODE replaying a graph",
-    "MIXED",
-)
-VERIFY_L, GRAPH_VERIFY_L = "TARGET_VERIFY", "TARGET_VERIFY replaying a graph"
-DRAFT_L, DRAFT_EXTEND_L, SWEEP_L = "DECODE of the draft model", "DRAFT_EXTEND_V2", "SWEEP"
-assert set(MODES) == {EXTEND_L, DECODE_L, GRAPH_DECODE_L, MIXED_L, VERIFY_L, GRAPH_VERIFY_L,
-                      DRAFT_L, DRAFT_EXTEND_L, SWEEP_L}  # fmt: skip
+(DECODE_L, GRAPH_DECODE_L, MIXED_L, EXTEND_L, VERIFY_L, GRAPH_VERIFY_L, DRAFT_L, DRAFT_EXTEND_L,
+ SWEEP_L) = MODES  # fmt: skip
 PLAIN_SHOWS = (EXTEND_L, DECODE_L, GRAPH_DECODE_L, MIXED_L, SWEEP_L)
 
 
