@@ -66,11 +66,47 @@ class Allocators(EngineState):
     def _release(self, page: int, *, cache: bool) -> None:
         """Drop one hold of ``page``, a request's or (``cache``) the prefix cache's: the page
         goes back to the allocator, its SWA slots freed, once no one holds it."""
+        self._release_pages([page], cache=cache)
+
+    def _release_pages(self, pages, *, cache: bool) -> None:
+        """Drop one hold of each of ``pages``: those no one holds any more go back to the
+        allocator in one free call, as SGLang frees a request's pages
+        (:meth:`_return_pages`), their SWA slots freed."""
         refs = self.cache_refs if cache else self.req_refs
-        refs[page] = max(0, refs[page] - 1)
-        if self.req_refs[page] == 0 and self.cache_refs[page] == 0 and page not in self.free_pages:
-            self.free_pages.append(page)
+        freed = []
+        for page in pages:
+            refs[page] = max(0, refs[page] - 1)
+            if (
+                self.req_refs[page] == 0
+                and self.cache_refs[page] == 0
+                and page not in self.free_pages
+                and page not in freed
+            ):
+                freed.append(page)
+        self._return_pages(freed)
+        for page in freed:
             self._evict_slots(self.page_slots(page))
+
+    def _return_pages(self, pages: list[int]) -> None:
+        """One free call of ``pages``, in SGLang's order (``mem_cache/allocator/``): with pages
+        of one slot, ``TokenToKVPoolAllocator.free`` appends them (the next allocations take
+        the longest free first); with larger pages, ``PagedTokenToKVPoolAllocator.free``
+        puts them, sorted, before every free page (the next allocations take them first). A
+        PD decode server sorts its free pages instead (``need_sort``), which the engine does
+        not model: its one allocator runs the order of a server without PD."""
+        if self.config.page_size == 1:
+            self.free_pages.extend(pages)
+        else:
+            self.free_pages[:0] = sorted(pages)
+
+    def _take_row(self) -> int:
+        """A free pool row, as SGLang's ``ReqToTokenPool.alloc_rows`` takes it: the last one
+        freed (the tail of its free list)."""
+        return self.free_rows.pop()
+
+    def _give_row(self, row: int) -> None:
+        """A pool row back, as ``ReqToTokenPool.free_rows`` takes it: onto the tail."""
+        self.free_rows.append(row)
 
     def _evict_slots(self, slots) -> None:
         """Free the SWA slots of the full slots ``slots`` (their table entries set to 0)."""
@@ -92,7 +128,6 @@ class Allocators(EngineState):
     def _release_request(self, req: Request) -> None:
         """Release the pages ``req`` holds and give its pool row back, remembering its owner
         and the tokens it knew (a recycled row keeps the old owner's tail)."""
-        for page in req.pages:
-            self._release(page, cache=False)
-        self.free_rows.append(req.row)
+        self._release_pages(req.pages, cache=False)
+        self._give_row(req.row)
         self._row_last_len[req.row] = (req.rid, len(req.tokens))

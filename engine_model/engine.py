@@ -110,7 +110,7 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
         c = self.config
         if not self.free_rows or new_tokens < 1 or new_tokens + c.offset > c.context_len:
             return None
-        row = self.free_rows.pop(0)
+        row = self._take_row()
         req = Request(self.next_rid, row, [], [])
         self.next_rid += 1
         shared, entry = 0, None
@@ -333,7 +333,7 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
             return None
         req = self.waiting.pop(pick % len(self.waiting))
         self.backups.pop(req.rid, None)  # computed again, not restored
-        req.row = self.free_rows.pop(0)
+        req.row = self._take_row()
         req.written, req.pages, req.decoding = 0, [], False
         self.events["a retracted request readmitted"] += 1
         # everything known is a prompt now: the last token is computed, not sampled again; the
@@ -438,7 +438,7 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
         window = range(peer.window_start(written), written)
         resident = peer._resident(src, window)
         send = dataclasses.replace(peer._save("send", key, src, resident), engine=PREFILL_ENGINE)
-        req = Request(self.next_rid, self.free_rows.pop(0), list(sent.tokens), list(sent.truth))
+        req = Request(self.next_rid, self._take_row(), list(sent.tokens), list(sent.truth))
         self.next_rid += 1
         req.written, req.pages, req.decoding = written, pages, sent.decoding
         dst = [self.full_slot(req, p) for p in range(span)]

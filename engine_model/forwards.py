@@ -349,6 +349,7 @@ class Forwards(Allocators):
         accepted drafts and the target's token after them), SWA windows slide."""
         c = self.config
         self.last_written = []
+        made_before = self.hooks.rollback_fault_made
         for req, e in batch:
             if req.rid in self._draft:  # a draft position: written, nothing sampled
                 req.written += e
@@ -371,6 +372,12 @@ class Forwards(Allocators):
                     for p in range(self.window_start(req.written))
                     if not self._in_another_window(req, p)
                 )
+        made = self.hooks.rollback_fault_made
+        if made is not None and made is not made_before and made[1] in self.free_pages:
+            # the faulty rollback's page stays first in line: frees of the batch's later rows,
+            # which SGLang's paged allocator puts before every free page, come after it
+            self.free_pages.remove(made[1])
+            self.free_pages.insert(0, made[1])
 
     def _in_another_window(self, req: Request, pos: int) -> bool:
         """Whether another running request that shares the page of ``req``'s position ``pos``
@@ -408,17 +415,16 @@ class Forwards(Allocators):
 
     def _free_past(self, req: Request, written: int, rollback: bool = False) -> None:
         """Free the pages of ``req`` past the one holding position ``written - 1`` (the
-        rejected drafts' pages, page by page; ``req_to_token`` keeps naming them, past what the
+        rejected drafts' pages, in one free call; ``req_to_token`` keeps naming them, past what the
         request wrote, as SGLang's table does)."""
         keep = -(-written // self.config.page_size)
-        for page in req.pages[keep:]:
-            self._release(page, cache=False)
+        self._release_pages(req.pages[keep:], cache=False)
         if rollback and self.hooks.rollback_fault and keep < len(req.pages):
             # the fault: the first freed page stays the request's, first in line for others
             self.hooks.rollback_fault = False
             page = req.pages[keep]
             self.hooks.rollback_fault_made = (req.rid, page)
             self.free_pages.remove(page)
-            self.free_pages.insert(0, page)
+            self.free_pages.insert(0, page)  # first in line once the batch's frees are done
             keep += 1
         del req.pages[keep:]

@@ -116,7 +116,7 @@ class Moves(PrefixCache):
             return None
         del self.backups[req.rid]
         self.waiting.remove(req)
-        req.row, req.pages, req.written = self.free_rows.pop(0), pages, written
+        req.row, req.pages, req.written = self._take_row(), pages, written
         full = [self.full_slot(req, p) for p in range(written)]
         self.req_to_token[req.row, :written] = full
         self.running[req.rid] = req

@@ -63,9 +63,11 @@ class EngineState:
         )
         pages = list(range(1, c.num_pages))
         self.rng.shuffle(pages)
-        #: the pages the allocator hands out next, first in line first
+        #: the pages the allocator hands out next, first in line first: shuffled, as a pool
+        #: that has served before leaves them (SGLang's allocators start in ascending order;
+        #: from then on the order is theirs, :meth:`Allocators._return_pages`)
         self.free_pages: list[int] = pages
-        #: the pool rows free for a new request, first in line first
+        #: the pool rows free for a new request, last in line first (ReqToTokenPool's order)
         self.free_rows: list[int] = list(range(1, c.pool_rows))
         #: per page, the requests that hold it, and the cached prefixes that do
         self.req_refs = np.zeros(c.num_pages, dtype=np.int64)

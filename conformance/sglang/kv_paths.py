@@ -25,9 +25,7 @@ matrix's rows of those options move KV as it says (:mod:`conformance.sglang.matr
 """
 
 from __future__ import annotations
-import __future__
 
-import ast
 import functools
 import importlib
 import types
@@ -65,23 +63,6 @@ class MovePath:
 
 def memory_pool_file() -> Path:
     return loading.sglang_root() / "srt" / "mem_cache" / "memory_pool.py"
-
-
-def _methods(path: Path, cls: str, names: tuple[str, ...], scope: dict) -> dict:
-    """The methods ``names`` of class ``cls`` in ``path``, executed from source in ``scope``;
-    their own ``from ... import`` statements take their names from ``scope``."""
-    tree = ast.parse(path.read_text())
-    node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
-    body = [f for f in node.body if isinstance(f, ast.FunctionDef) and f.name in names]
-    missing = set(names) - {f.name for f in body}
-    if missing:
-        raise LookupError(f"{path}: {cls} has no {sorted(missing)}")
-    for f in body:
-        f.decorator_list = []
-        f.body = [s for s in f.body if not isinstance(s, ast.ImportFrom)] or [ast.Pass()]
-    flags = __future__.annotations.compiler_flag
-    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec", flags=flags), scope)
-    return {name: scope[name] for name in names}
 
 
 def _pool() -> tuple[object, tuple]:
@@ -123,7 +104,7 @@ def retraction_backup(path: Path | None = None) -> MovePath:
     into newly allocated ones."""
     pool, group = _pool()
     sync = types.SimpleNamespace(synchronize=lambda: None)
-    methods = _methods(path or memory_pool_file(), "MHATokenToKVPool",
+    methods = loading.methods_from_source(path or memory_pool_file(), "MHATokenToKVPool",
                        ("get_cpu_copy", "load_cpu_copy"), {"current_platform": sync})  # fmt: skip
     src = torch.tensor([1, 2, 3, 4, 5, 6], dtype=torch.int64)  # a chunk and a part of one
     dst = torch.tensor([7, 8, 9, 10, 11, 0], dtype=torch.int64)
@@ -148,7 +129,9 @@ def hicache(path: Path | None = None) -> MovePath | None:
         "KVBufferLayout": lambda layout: layout,
     }
     scope["KVBufferLayout"].NHD = "nhd"  # type: ignore[attr-defined]
-    buffers = _methods(path, "MHATokenToKVPool", ("_mha_buffers",), scope)["_mha_buffers"](pool)
+    buffers = loading.methods_from_source(path, "MHATokenToKVPool", ("_mha_buffers",), scope)[
+        "_mha_buffers"
+    ](pool)
     named = {id(t) for t in (*buffers.k, *buffers.v)}
     kv = all(id(b) in named for b in (*pool.k_buffer, *pool.v_buffer))
     records = any(id(b) in named for b in _canary(group))

@@ -49,6 +49,7 @@ __all__ = [
     "cpu_only",
     "from_source",
     "import_all",
+    "methods_from_source",
     "load_or_say",
     "manager_modules",
     "perturb_modules",
@@ -253,6 +254,26 @@ def from_source(
     flags = __future__.annotations.compiler_flag
     exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec", flags=flags), scope)
     return scope
+
+
+def methods_from_source(path: Path, cls: str, names: tuple[str, ...], scope: dict) -> dict:
+    """The methods ``names`` of class ``cls`` in SGLang's file ``path``, executed from source
+    in ``scope`` as plain functions (decorators dropped, annotations unevaluated); their own
+    ``from ... import`` statements take their names from ``scope``."""
+    tree = ast.parse(path.read_text())
+    node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
+    body = [] if node is None else [
+        f for f in node.body if isinstance(f, ast.FunctionDef) and f.name in names
+    ]  # fmt: skip
+    missing = set(names) - {f.name for f in body}
+    if missing:
+        raise LookupError(f"{path}: {cls} has no {sorted(missing)}")
+    for f in body:
+        f.decorator_list = []
+        f.body = [s for s in f.body if not isinstance(s, ast.ImportFrom)] or [ast.Pass()]
+    flags = __future__.annotations.compiler_flag
+    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec", flags=flags), scope)
+    return {name: scope[name] for name in names}
 
 
 def _not_run(*args, **kwargs):
