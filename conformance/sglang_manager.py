@@ -33,7 +33,10 @@ history and expects where [22]'s script reproduces it); the draft model's histor
 then run with the assert off, as an EAGLE server must, and without a cache sweep: SGLang's
 scheduler attaches its radix cache to the target model's canary alone (``wiring.servable``,
 ``wiring.radix_cache_owner``), so a fault trial of the draft model promises no report a sweep
-would make (``conformance.engine_support.swept_dues``).
+would make (``conformance.engine_support.swept_dues``). Every history and trial is of one
+configuration SGLang serves (``histories.served_scheduling``): the target model's without
+speculative decoding, or under EAGLE (target verifies, the input assert as the draft's runner
+allows it: the setting is the server's), or the draft model's.
 
 One place is left out of the comparison, counted: SGLang's reports of the divergence [20] of
 ``docs/UPSTREAM.md`` (the draft model's draft extend, where its runner has a token oracle and

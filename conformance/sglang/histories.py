@@ -37,18 +37,23 @@ from engine_model.vocabulary import (
 from reference import RealKvHashMode
 
 __all__ = [
+    "DRAFT_OPS",
     "EVERY_EVENT",
     "MOVE_OPS",
+    "PLAIN_OPS",
     "EXPECTED_INPUTS_REQUIRED",
     "REQUIRED",
     "REQUIRED_STEPS",
     "SEEDS",
     "Seed",
     "Scheduling",
+    "TARGET_OPS",
     "Seeds",
     "engine_config",
     "hash_mode",
     "history",
+    "served_scheduling",
+    "speculative",
     "step_label",
 ]
 
@@ -198,6 +203,34 @@ class Scheduling:
 
 #: The legs' histories: every event.
 EVERY_EVENT = Scheduling()
+
+#: The events of a server without speculative decoding, hierarchical cache or PD: every event
+#: of the legs' histories but target verifies, the draft model's, relocations (HiCache) and
+#: receptions (PD).
+PLAIN_OPS = tuple(o for o in OPS if o not in ("verify", "draft", "draftext", "relocate", "receive"))
+#: EAGLE's target model: its verifies decode. Its draft model: its multi-step draft decode and
+#: its draft extend; no sweep (SGLang attaches its radix cache to the target's canary alone).
+TARGET_OPS = tuple(o for o in PLAIN_OPS if o not in ("decode", GRAPH_DECODE, "mixed")) + ("verify",)
+DRAFT_OPS = tuple(o for o in TARGET_OPS if o not in ("verify", "sweep")) + ("draft", "draftext")
+
+
+def speculative(index: int) -> bool:
+    """Whether history ``index`` is of a server with EAGLE: the draft model's (the offset), and
+    every other one of the target model's."""
+    return engine_config(index).offset == 1 or index % 2 == 1
+
+
+def served_scheduling(index: int) -> Scheduling:
+    """The events a server makes in history ``index`` (the per-forward leg's, whose histories
+    are each of one configuration SGLang serves): the draft model's forwards under EAGLE, the
+    target model's verifies under EAGLE, or plain decodes, mixed batches and PD receptions
+    without it; no HiCache relocation (SGLang's leaves the records behind, [23]: the support
+    matrix's row shows it)."""
+    if engine_config(index).offset == 1:
+        return Scheduling(DRAFT_OPS, fallback="draft")
+    if speculative(index):
+        return Scheduling(TARGET_OPS + ("receive",), fallback="verify")
+    return Scheduling(PLAIN_OPS + ("receive",))
 
 
 def history(

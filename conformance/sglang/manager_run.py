@@ -507,17 +507,21 @@ def sides(config: EngineConfig) -> tuple[Engine, OracleRun, ManagerRun]:
 
 
 def run_history(index: int, steps: int = histories.STEPS) -> ManagerRun:
-    """History ``index`` of :func:`conformance.sglang.histories.history` on SGLang's runtime
-    and the reference, compared after every step (an ``AssertionError`` names the first step
-    where they differ); the runtime side, with its counts."""
-    engine, reference_run, side = sides(wiring.servable(histories.engine_config(index)))
+    """History ``index`` of :func:`conformance.sglang.histories.history`, with the events its
+    server makes (:func:`histories.served_scheduling`: under EAGLE or without it, the engine
+    as that server runs it, :func:`wiring.servable`), on SGLang's runtime and the reference,
+    compared after every step (an ``AssertionError`` names the first step where they differ);
+    the runtime side, with its counts."""
+    eagle = histories.speculative(index)
+    engine, reference_run, side = sides(wiring.servable(histories.engine_config(index), eagle))
     run = functools.partial(side.run, reference_run)
 
     def counted(step) -> None:
         run(step)
         side.step_counts[str(histories.step_label(step))] += 1
 
-    histories.history(index, steps, run=counted, engine=engine)
+    histories.history(index, steps, run=counted, engine=engine,
+                      scheduling=histories.served_scheduling(index))  # fmt: skip
     if reference_run.index or side.index() != side.divergent:
         raise AssertionError(f"history {index}: a correct history reported")
     logged = logged_problems(side)
@@ -538,7 +542,7 @@ def draft_input_assert_refusal(index: int = DRAFT_HISTORY) -> str | None:
     engine, reference_run, side = sides(dataclasses.replace(served, write_input_assert=True))
     try:
         histories.history(index, histories.STEPS, run=functools.partial(side.run, reference_run),
-                          engine=engine)  # fmt: skip
+                          engine=engine, scheduling=histories.served_scheduling(index))  # fmt: skip
     except RuntimeError as error:
         return f"step {engine.steps} ({engine.log[-1]}): {error}"
     return None

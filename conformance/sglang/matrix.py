@@ -42,11 +42,13 @@ from conformance import upstream
 from conformance.sglang import histories, kv_paths, loading, wiring
 from conformance.sglang.fired import CHECKS, fired_counts
 from conformance.sglang.histories import (
+    DRAFT_OPS,
     GRAPH_DECODE,
     GRAPH_DECODE_STEP,
     GRAPH_VERIFY_STEP,
     MOVE_OPS,
-    OPS,
+    PLAIN_OPS,
+    TARGET_OPS,
     Scheduling,
 )
 from conformance.sglang.install import MHA_POOL, MLA_POOL, SWA_POOL, Setting, install
@@ -85,14 +87,6 @@ MODES = {str(label): label.short for label in _LABELS}
 #: The matrix's columns: the cells of a row, then its fired checks per mode.
 COLUMNS = ("option", "install", "history", *MODES.values())
 
-#: The events of a server without speculative decoding, hierarchical cache or PD: every event
-#: of the legs' histories but target verifies, the draft model's, relocations (HiCache) and
-#: receptions (PD).
-PLAIN_OPS = tuple(o for o in OPS if o not in ("verify", "draft", "draftext", "relocate", "receive"))
-#: EAGLE's target model: its verifies decode. Its draft model: its multi-step draft decode and
-#: its draft extend; no sweep (SGLang attaches its radix cache to the target's canary alone).
-TARGET_OPS = tuple(o for o in PLAIN_OPS if o not in ("decode", GRAPH_DECODE, "mixed")) + ("verify",)
-DRAFT_OPS = tuple(o for o in TARGET_OPS if o not in ("verify", "sweep")) + ("draft", "draftext")
 #: A PD decode engine: requests arrive by transfer, nothing is prefilled here. A PD prefill
 #: engine: requests are admitted, prefilled and leave.
 PD_DECODE_OPS = ("receive", "decode", GRAPH_DECODE, "idle", "finish", "retract", "sweep")
@@ -213,16 +207,11 @@ assert all(s.pool in (MHA_POOL, SWA_POOL, MLA_POOL) for r in ROWS for s in r.set
 
 
 def _config(row: Row, model: Model, index: int, **kwargs):
-    """The engine of ``model`` in ``row`` as a server runs it: under EAGLE the write's input
-    assert as the draft's runner allows it (the setting is the server's, one for both
-    models: [22])."""
-    config = wiring.servable(histories.engine_config(
-        index, eagle_offset=model.offset, page_size=row.page_size, window=row.window, **kwargs))  # fmt: skip
-    if len(row.models) > 1:
-        config = dataclasses.replace(
-            config, write_input_assert=wiring.runner_gets_token_oracle(True)
-        )
-    return config
+    """The engine of ``model`` in ``row`` as a server runs it (:func:`wiring.servable`, under
+    EAGLE where the row has a draft model)."""
+    config = histories.engine_config(
+        index, eagle_offset=model.offset, page_size=row.page_size, window=row.window, **kwargs)  # fmt: skip
+    return wiring.servable(config, eagle=len(row.models) > 1)
 
 
 def install_cell(row: Row) -> str:
@@ -294,7 +283,6 @@ def fired_cells(row: Row, trials: int = 1) -> list[str]:
                         fault_class, t, mode, eagle_offset=model.offset,
                         page_size=row.page_size, window=row.window,
                         verify="verify" in model.scheduling.ops,
-                        write_input_assert=_config(row, model, t).write_input_assert,
                     )  # fmt: skip
                     fired.update({k: n for k, n in side.fired.items() if k[0] in model.shows})
                     ran.update(side.step_labels & set(model.shows))

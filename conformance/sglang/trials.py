@@ -13,7 +13,6 @@ where a report came, the trial's word for silence where none did, and the trial'
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import random
 import types
@@ -38,8 +37,8 @@ from engine_model.vocabulary import (
     DECODE,
     DRAFT_SETTLE_MODES,
     FULL,
-    MANAGER_SETTLE_MODES,
     SWA,
+    TARGET_VERIFY,
     settle_step,
 )
 from reference import RealKvHashMode
@@ -92,13 +91,20 @@ class Trial:
     side: ManagerRun | None = None
 
 
-def start(config: EngineConfig, *, through_sglang: bool = False, verify: bool = True) -> Trial:
+def start(
+    config: EngineConfig,
+    *,
+    through_sglang: bool = False,
+    verify: bool = True,
+    eagle: bool | None = None,
+) -> Trial:
     """An engine of ``config`` after its warm-up, run on the reference, and ``through_sglang``
     on SGLang's per-forward runtime beside it (the warm-up's decode without padding rows amid
     its batch, as SGLang makes them; the engine as a server runs it, :func:`wiring.servable`;
     ``verify`` False: a warm-up without a target verify, as a server without speculative
-    decoding runs)."""
-    engine = Engine(wiring.servable(config) if through_sglang else config)
+    decoding runs; ``eagle``: whether the server runs EAGLE, by default where the engine is
+    the draft model's)."""
+    engine = Engine(wiring.servable(config, eagle) if through_sglang else config)
     reference_run = OracleRun(engine)
     if not through_sglang:
         warm_up(engine, reference_run.forward_or_sweep)
@@ -353,32 +359,29 @@ def fault_trial(
     page_size: int | None = None,
     window: int | None = None,
     verify: bool = True,
-    write_input_assert: bool | None = None,
 ) -> tuple[str, list[str], ManagerRun]:
     """A fault of class ``fault_class`` made after a warm-up (no padding rows amid a batch, as
     SGLang makes them) and settled with decodes in ``settle_mode``, on SGLang's runtime and the
     reference side by side (their states compared after every step); the reference's reports
-    judged as the class predicts (:func:`judge`); ``eagle_offset``, ``page_size``, ``window``:
-    the engine's, where given, not those :func:`engine_config` cycles over (a draft settle
-    mode's engine has the offset, a target verify's none); ``verify`` False: a warm-up without
-    a target verify (:func:`start`); ``write_input_assert``: the canary's input assert where
-    the server's runners allow no other (:func:`wiring.servable` decides the draft model's).
-    ``(outcome, problems, side)``:
+    judged as the class predicts (:func:`judge`). The engine is the draft model's in a draft
+    settle mode, else the target model's, and runs as a server with EAGLE runs it where it
+    verifies or drafts (:func:`wiring.servable`), else as one without; ``page_size``,
+    ``window``: the engine's, not those :func:`engine_config` cycles over; ``verify`` False: a
+    warm-up without a target verify (:func:`start`). ``(outcome, problems, side)``:
     ``reported``, ``silent`` (nothing due, nothing reported) or ``no place``."""
     cls = faults.FAULTS[fault_class]
-    if settle_mode in DRAFT_SETTLE_MODES:  # the draft model's canary
-        eagle_offset = 1
-    if settle_mode in MANAGER_SETTLE_MODES:  # a target verify: the target model's canary
-        eagle_offset = 0
     if cls.target_model_only:
         eagle_offset, settle_mode = 0, cls.settle_mode
+    if settle_mode in DRAFT_SETTLE_MODES:  # the draft model's canary
+        eagle_offset = 1
+    eagle = settle_step(settle_mode).mode == TARGET_VERIFY or settle_mode in DRAFT_SETTLE_MODES
+    if eagle_offset is None or settle_step(settle_mode).mode == TARGET_VERIFY:
+        eagle_offset = 0  # the target model's canary: with EAGLE where it verifies, else without
     config = engine_config(
         index, seed=SEEDS.fault_trial, real_kv_hash_mode=hash_mode(index),
         eagle_offset=eagle_offset, page_size=page_size, window=window,
     )  # fmt: skip
-    if write_input_assert is not None:
-        config = dataclasses.replace(config, write_input_assert=write_input_assert)
-    trial = start(config, through_sglang=True, verify=verify)
+    trial = start(config, through_sglang=True, verify=verify, eagle=eagle)
     outcome, problems = judge(
         trial, fault_class, pick=index, byte=index % KV_BYTES, settle_mode=settle_mode,
         quiet="silent", no_room="no place",

@@ -84,18 +84,20 @@ def runner_gets_token_oracle(is_draft_worker: bool, path: Path | None = None) ->
     return runner._token_oracle_manager is installed
 
 
-def servable(config: EngineConfig) -> EngineConfig:
-    """``config`` as a server runs it: the draft model's (the EAGLE offset) without a sweep of
-    the prefix cache (SGLang's scheduler attaches its radix cache to the target model's canary
-    alone, :func:`radix_cache_owner`) and with the write's input assert off where its runner
-    gets no token oracle ([22]); the target model's as it is."""
-    if config.offset != 1:
+def servable(config: EngineConfig, eagle: bool | None = None) -> EngineConfig:
+    """``config`` as a server runs it: under EAGLE (``eagle``; by default, the draft model's
+    engine, the EAGLE offset) the write's input assert where the draft's runner gets a token
+    oracle only (the setting is the server's, one for both models: [22]), and the draft
+    model's without a sweep of the prefix cache (SGLang's scheduler attaches its radix cache
+    to the target model's canary alone, :func:`radix_cache_owner`); without EAGLE as it is."""
+    if eagle is None:
+        eagle = config.offset == 1
+    if not eagle:
         return config
-    return dataclasses.replace(
-        config,
-        cache_swept=radix_cache_owner() != TARGET_RUNNER_MANAGER,
-        write_input_assert=runner_gets_token_oracle(True),
-    )
+    served = dataclasses.replace(config, write_input_assert=runner_gets_token_oracle(True))
+    if config.offset != 1:
+        return served
+    return dataclasses.replace(served, cache_swept=radix_cache_owner() != TARGET_RUNNER_MANAGER)
 
 
 #: The scheduler's target model runner's canary manager (its ``tp_worker`` runs the target).

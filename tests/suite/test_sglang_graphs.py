@@ -26,8 +26,8 @@ from engine_model.faults import Due
 from engine_model.vocabulary import DECODE, IDLE, TARGET_VERIFY
 from tests.suite.test_sglang_manager import read_attributes
 
-#: A history with DECODE and IDLE graph replays (no window, no offset) and one with a window.
-HISTORY, STEPS = 3, 40
+#: A history with DECODE and IDLE graph replays (no window, no offset, no EAGLE).
+HISTORY, STEPS = 0, 40
 #: The steps after a warm-up that replay TARGET_VERIFY graphs (or make room for them).
 VERIFY_STEPS = 10
 
@@ -134,7 +134,7 @@ def _equal(a: list, b: list) -> bool:
     )
 
 
-@pytest.mark.parametrize("index", [HISTORY, 9])  # no window; a window and the EAGLE offset
+@pytest.mark.parametrize("index", [HISTORY, 4, 9])  # no window; a window; the draft model's
 def test_a_replay_changes_the_canary_as_an_eager_run_of_the_live_batch(index, monkeypatch):
     """A healthy history whose decodes replay captured graphs leaves SGLang's canary buffers
     and ring, after every step, as the same history run eagerly (SGLang's Python afresh on
