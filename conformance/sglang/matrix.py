@@ -51,7 +51,7 @@ from conformance.sglang.histories import (
     TARGET_OPS,
     Scheduling,
 )
-from conformance.sglang.install import MHA_POOL, MLA_POOL, SWA_POOL, Setting, install
+from conformance.sglang.install import MHA_POOL, MLA_POOL, SWA_POOL, Refused, Setting, install
 from engine_model import faults
 from engine_model.vocabulary import (
     DECODE,
@@ -163,7 +163,8 @@ class Row:
     """A serving configuration: the option it changes from the baseline, its install settings
     (one per runner whose canary it installs: the inputs of ``install_canary`` the option
     changes), its models, the engine's page size and window, and ``not_run``: why the leg runs
-    no history of it (empty: it does)."""
+    no history of it (empty: it does; :data:`WHERE_REFUSED`: where ``install_canary`` refuses
+    it, else ``installed``, why the leg has none where the canary installs)."""
 
     option: str
     settings: tuple[Setting, ...] = (Setting(),)
@@ -171,19 +172,31 @@ class Row:
     page_size: int = 1
     window: int = 0
     not_run: str = ""
+    installed: str = ""
+
+    def why_not_run(self) -> str:
+        """Why the leg runs no history of the row (empty: it does)."""
+        if self.not_run != WHERE_REFUSED:
+            return self.not_run
+        if all(isinstance(install(s), Refused) for s in self.settings):
+            return "the canary does not install"
+        return f"the canary installs on this release, but {self.installed}"
 
 
 _EAGLE = (Setting(speculative_num_steps=3), Setting(draft_worker=True, speculative_num_steps=3))
-_NO_INSTALL = "the canary does not install"
+#: A row the leg runs no history of: where the canary does not install.
+WHERE_REFUSED = "where refused"
 #: The rows, each one option away from the baseline (the first).
 ROWS = (
     Row("baseline: decode CUDA graphs, no prefill graphs, mixed chunks, MHA, pages of 1 slot"),
     Row("decode CUDA graphs off", (Setting(decode_graph="disabled"),), (EAGER,)),
-    Row("prefill CUDA graphs piecewise", (Setting(prefill_graph="tc_piecewise"),), not_run=_NO_INSTALL),
+    Row("prefill CUDA graphs piecewise", (Setting(prefill_graph="tc_piecewise"),),
+        not_run=WHERE_REFUSED, installed="the leg captures no piecewise prefill graph"),
     Row("prefill CUDA graphs breakable", (Setting(prefill_graph="breakable"),),
         not_run="the leg runs every prefill eagerly: it captures no breakable prefill graph"),
     Row("a device without the canary's CUDA kernels (CPU), decode graphs on", (Setting(device="cpu"),),
-        not_run=_NO_INSTALL),
+        not_run=WHERE_REFUSED,
+        installed="the leg replays the canary's kernels in a graph, not its torch reference"),
     Row("EAGLE, a chain of drafts (topk 1)", _EAGLE, (TARGET, DRAFT)),
     Row("EAGLE, a tree of drafts (topk 2)", _EAGLE, not_run="the engine model has no tree of drafts"),
     Row("DP attention (graph batches padded across ranks)", models=(PADDED,)),
@@ -196,7 +209,8 @@ ROWS = (
     Row("pure SWA model", (),
         not_run="the engine model has no model whose every layer slides, and which pool class "
         "SGLang makes for one is not read"),
-    Row("MLA model", (Setting(pool=MLA_POOL),), not_run=_NO_INSTALL),
+    Row("MLA model", (Setting(pool=MLA_POOL),), not_run=WHERE_REFUSED,
+        installed="the engine model has no MLA pool"),
     Row("pages of 16 slots", page_size=16),
     Row("pages of 64 slots", page_size=64),
     Row("chunked prefill off", models=(UNCHUNKED,)),
@@ -299,7 +313,7 @@ def row_cells(row: Row, columns: tuple[str, ...]) -> list[str]:
     the others empty."""
     cells = [row.option, install_cell(row) if "install" in columns else ""]
     if row.not_run:
-        return [*cells, f"not run: {row.not_run}", *[""] * len(MODES)]
+        return [*cells, f"not run: {row.why_not_run()}", *[""] * len(MODES)]
     cells.append(history_cell(row) if "history" in columns else "")
     if "fired" in columns and any(m.settle_modes for m in row.models):
         return [*cells, *fired_cells(row)]

@@ -171,3 +171,14 @@ def test_a_hicache_history_reports_only_where_the_reload_leaves_the_records(reco
                       scheduling=scheduling)  # fmt: skip
     assert engine.events["a cached prefix offloaded and reloaded into other slots"]
     assert bool(side.fired) == (not records), side.fired
+
+
+def test_a_row_left_out_where_refused_says_so_only_where_sglang_refuses():
+    """A row the leg runs no history of where the canary does not install says so where
+    ``install_canary`` refuses it, and why it still has none where it installs (as a release
+    before 0.5.22 installs on a device without the canary's kernels)."""
+    refused = matrix.Row("x", (install.Setting(pool=install.MLA_POOL),),
+                         not_run=matrix.WHERE_REFUSED, installed="y")  # fmt: skip
+    assert refused.why_not_run() == "the canary does not install"
+    installs = matrix.Row("x", (install.Setting(),), not_run=matrix.WHERE_REFUSED, installed="y")
+    assert installs.why_not_run() == "the canary installs on this release, but y"
