@@ -12,8 +12,8 @@ which executes nothing. The patched ``model.forward`` (``kv_canary/api.py``) run
 manager's ``pre_ops_maybe_inside_graph`` and ``post_ops_maybe_inside_graph`` inside it, with
 the chain's position assert off (``CanaryManager.__init__``) and the phase checker's asserts
 off; ``mark_init_finished`` turns both on after the last capture. A DECODE or IDLE forward
-(``ForwardMode.is_cuda_graph``: an IDLE one replays the DECODE graph of its padded size, every
-row padding) is then a replay: ``load_batch`` copies the live batch into the static buffers,
+(``ForwardMode.is_cuda_graph``: an IDLE one replays the graph of its padded size in the
+runner's capture mode, every row padding) is then a replay: ``load_batch`` copies the live batch into the static buffers,
 padded by each slot's policy (``fill_from``), and the graph runs the kernels it recorded over
 them; ``pre_ops_outside_graph`` and ``post_ops_outside_graph`` run around it, eagerly, on the
 live batch (``ModelRunner.forward``'s ``with_ops_outside_graph``).
@@ -23,7 +23,11 @@ Under speculative decoding (EAGLE) the same runner captures ``TARGET_VERIFY`` in
 ``bs * draft_token_num`` tokens in the token-axis buffers, and the capture batch's ``spec_info``
 is what ``get_spec_info`` builds, an ``EagleVerifyInput`` whose ``draft_token_num`` is the
 runner's ``speculative_num_draft_tokens``. A target verify up to the largest captured size is a
-replay of it, its padding rows at the tail, ``draft_token_num`` tokens each.
+replay of it, its padding rows at the tail, ``draft_token_num`` tokens each. The leg replays
+every idle step through a ``DECODE`` graph, those of its EAGLE histories too, where SGLang's
+runner would replay its ``TARGET_VERIFY`` graph and EAGLE's worker runs the draft model's idle
+forwards eagerly: not modelled (every row is padding, and no plan of the leg's idle steps has
+an entry).
 
 Here, per manager (one per captured batch size, :meth:`ManagerRun.manager`):
 
