@@ -17,8 +17,12 @@ no hierarchical cache, no PD disaggregation, no DP attention). Its cells:
   (check, forward mode, launch tag, step), or the exception SGLang's runtime raised, or where it
   and the reference differed;
 - ``fired``: a fault of every class (:mod:`engine_model.faults`) settled in each of the row's
-  settle modes, one trial each, through SGLang's runtime; per forward mode, the checks that
-  fired (``.`` where the mode ran and nothing fired, empty where the row's trials never ran it).
+  settle modes, one trial each, through SGLang's runtime; per forward mode the row's server
+  makes (:attr:`Model.shows`: a settle step it never makes is left out), the checks that fired
+  (``.`` where the mode ran and nothing fired, empty where the row's trials never ran it).
+
+The KV that a row's HiCache reloads and retraction restores move is moved as SGLang's own code
+moves it, run from its source (:mod:`conformance.sglang.kv_paths`, :func:`served`).
 
 A row the leg cannot run says why in place of its cells (``not run: ...``): the leg does not
 make what that option changes, and a cell it would show is not a run. ``docs/SUPPORT.md`` is
