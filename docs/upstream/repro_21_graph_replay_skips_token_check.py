@@ -145,17 +145,23 @@ def main():
     bug = "req_all_ids_lens" not in passed and all(
         case is None or not any(t != -1 for t in case[2]) for case in (decode, verify)
     )
+    cases = [("decode", decode), ("target verify", verify)]
+    draft_passed = draft_extend_keywords(runtime.root)
+    if draft_passed is not None:  # EAGLE's draft extend graph runner (the draft model's)
+        draft = replay_case(kv, runtime, draft_passed, "DRAFT_EXTEND_V2", tokens_per_row=2)
+        kept = "passes" if "req_all_ids_lens" in draft_passed else "does not pass"
+        cases.append((f"draft extend (its runner {kept} req_all_ids_lens)", draft))
     lines = [
         f"{mode}: a replay plans valid lengths {case[0]} and expected tokens {case[2]} "
         f"(the live batch: {case[1]})"
-        for mode, case in (("decode", decode), ("target verify", verify))
+        for mode, case in cases
         if case is not None
     ]
     report(
         bug,
         f"the capture batch passes {sorted(passed & set(FIELDS))}; " + "; ".join(lines),
         "every verify entry of a replayed forward checks its token: "
-        + "; ".join(f"{case[1]}" for case in (decode, verify) if case is not None),
+        + "; ".join(f"{case[1]}" for _, case in cases if case is not None),
     )
 
 
@@ -179,10 +185,18 @@ def replay_case(kv, runtime, passed, mode, tokens_per_row):
         seq_lens=torch.ones(bs, dtype=torch.int64),  # seq_len_fill_value
         req_all_ids_lens=torch.zeros(bs, dtype=torch.int64),  # were the runner to keep one
     )
-    spec = None if mode == "DECODE" else types.SimpleNamespace(draft_token_num=tokens_per_row)
+    spec = (
+        None
+        if mode == "DECODE"
+        else types.SimpleNamespace(
+            draft_token_num=tokens_per_row, num_tokens_per_req=tokens_per_row
+        )
+    )
+    # a draft extend graph's static extend lengths: the captured width a row
+    extend = torch.full((bs,), tokens_per_row, dtype=torch.int64)
     fields = dict(
-        forward_mode=runtime.ForwardMode[mode], spec_info=spec,
-        extend_prefix_lens=None, extend_seq_lens=None, **static,
+        forward_mode=runtime.ForwardMode[mode], spec_info=spec, extend_prefix_lens=None,
+        extend_seq_lens=extend if mode == "DRAFT_EXTEND_V2" else None, **static,
     )  # fmt: skip
     capture_batch = types.SimpleNamespace(
         **{k: (v if k in passed else None) for k, v in fields.items()}
@@ -194,10 +208,12 @@ def replay_case(kv, runtime, passed, mode, tokens_per_row):
         return None
     # the live batch: requests on pool rows 1 and 2, 3 and 5 positions written before it, 4 and
     # 6 tokens known; a decode writes position 3 and 5, a target verify two from each on
+    # (a draft extend's seq_lens count its own tokens too: 3 + 2 and 5 + 2)
+    seq_lens = {"DECODE": [4, 6], "TARGET_VERIFY": [3, 5], "DRAFT_EXTEND_V2": [5, 7]}[mode]
     live = dict(
         req_pool_indices=torch.tensor([1, 2]),
         positions=torch.tensor([3, 5] if mode == "DECODE" else [3, 4, 5, 6]),
-        seq_lens=torch.tensor([4, 6] if mode == "DECODE" else [3, 5]),
+        seq_lens=torch.tensor(seq_lens),
         req_all_ids_lens=torch.tensor([4, 6]),
     )
     for name, value in live.items():
@@ -230,18 +246,45 @@ def capture_keywords(root):
     sys.exit("this sglang has no decode graph runner that builds a capture ForwardBatch")
 
 
+def draft_extend_keywords(root):
+    """The fields EAGLE's draft extend graph runner passes to its capture ForwardBatch(...)
+    (speculative/eagle_draft_extend_cuda_graph_runner.py; None where a release has no such
+    runner, or none that captures DRAFT_EXTEND_V2)."""
+    import ast
+
+    path = os.path.join(root, "srt", "speculative", "eagle_draft_extend_cuda_graph_runner.py")
+    if not os.path.isfile(path):
+        return None
+    text = open(path).read()
+    if "DRAFT_EXTEND_V2" not in text:
+        return None
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "ForwardBatch":
+            mode = next((k.value for k in node.keywords if k.arg == "forward_mode"), None)
+            if getattr(mode, "attr", None) == "forward_mode":
+                return {k.arg for k in node.keywords if k.arg}
+    return None
+
+
 def record(fn):
     """The torch operations ``fn`` makes (a CUDA graph's capture records the same), each as a
-    call that reruns it over the same tensors; ``fn`` itself runs once, as SGLang's warm-up."""
+    call that reruns it over the same tensors, its result written into the tensor it made at
+    capture (a graph's own memory, which the later operations read); ``fn`` itself runs once,
+    as SGLang's warm-up."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     ops = []
+
+    def again(func, args, kwargs, made):
+        out = func(*args, **kwargs)
+        if isinstance(made, torch.Tensor) and isinstance(out, torch.Tensor) and out is not made:
+            made.copy_(out)
 
     class Recorder(TorchDispatchMode):
         def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
             kwargs = kwargs or {}
             result = func(*args, **kwargs)
-            ops.append(lambda: func(*args, **kwargs))
+            ops.append(lambda: again(func, args, kwargs, result))
             return result
 
     with Recorder():
