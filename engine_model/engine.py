@@ -313,8 +313,12 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
 
     def retract(self, pick: int) -> int | None:
         """A running request that has written KV is preempted: its page-aligned prefix stays in
-        the prefix cache (SGLang's radix cache keeps a retracted request's protected prefix), the
-        rest of its KV is freed, and it waits with its tokens."""
+        the prefix cache, the rest of its KV is freed, and it waits with its tokens. A named
+        departure from SGLang, whose ``release_kv_cache(checkpoint=False)``
+        (``mem_cache/common.py``) caches nothing new and frees the request's KV past its
+        protected prefix (what it matched, and what its prefills inserted): the model, which
+        inserts a prefill's positions only when its ``insert`` or ``twin`` event is drawn,
+        caches the written prefix here instead, decoded positions included."""
         req = pick_from(self.retractable(), pick)
         if req is None:
             return None
