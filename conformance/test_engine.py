@@ -232,7 +232,10 @@ class EngineMachine(stateful.RuleBasedStateMachine):
 
 
 #: The situations of CONTRACT §12 and §15 the histories must reach (``Engine.events``), each
-#: in the derandomized CPU profiles (``ci`` and ``mutation``), whose draws are fixed. (An
+#: in the derandomized CPU profiles (``ci`` and ``mutation``), whose draws are fixed; the last
+#: five are counted by the engine model's own steps (an eviction, a chunked prompt, a page
+#: handed out again in the step that freed it, a move under a window, a pool row recycled by a
+#: shorter owner). (An
 #: expected-token read cut off by the valid length needs three draft steps of one request, which
 #: :func:`test_draft_steps_verify_drafts_past_the_snapshot` makes in every example.)
 REQUIRED_SITUATIONS = (
@@ -251,6 +254,11 @@ REQUIRED_SITUATIONS = (
     "a cached prefix offloaded and reloaded into other slots",
     "a retracted request restored from its backup",
     "a request received from a prefill engine, page by page",
+    "a cached page evicted",
+    "a prompt prefilled in more than one chunk",
+    "a page freed and handed out again within one step",
+    "KV moved under a sliding window",
+    "a recycled row whose new owner is shorter than the old",
 )
 SITUATIONS: Counter[str] = Counter()
 

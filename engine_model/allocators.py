@@ -55,6 +55,8 @@ class Allocators(EngineState):
         pages = free[:n]
         for page in pages:
             self.free_pages.remove(page)
+            if self._freed_at.get(page) == self.steps:
+                self.events["a page freed and handed out again within one step"] += 1
         for page in pages:
             self.req_refs[page] += 1
             if self.lut is not None:
@@ -85,6 +87,7 @@ class Allocators(EngineState):
                 freed.append(page)
         self._return_pages(freed)
         for page in freed:
+            self._freed_at[page] = self.steps
             self._evict_slots(self.page_slots(page))
 
     def _return_pages(self, pages: list[int]) -> None:

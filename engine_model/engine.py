@@ -143,7 +143,10 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
     def prefill(self, chunk: int) -> Forward | None:
         """An extend batch (``EXTEND``): each request with unwritten prompt tokens writes up to
         ``chunk``."""
-        return self._forward("prefill", self.prompt_rows(chunk), pad=0, forward_mode=EXTEND)
+        rows = self.prompt_rows(chunk)
+        if any(n < self.pending(r) for r, n in rows):
+            self.events["a prompt prefilled in more than one chunk"] += 1
+        return self._forward("prefill", rows, pad=0, forward_mode=EXTEND)
 
     def prompt_rows(self, chunk: int) -> list:
         """``(request, tokens)`` of each running request with unwritten prompt tokens, up to

@@ -330,6 +330,9 @@ class Forwards(Allocators):
                 self._row_last_len[req.row][0] != req.rid
             ):
                 self.events["a recycled row whose new owner has the old owner's length"] += 1
+            last = self._row_last_len.get(req.row)
+            if last is not None and last[0] != req.rid and last[1] > len(req.tokens):
+                self.events["a recycled row whose new owner is shorter than the old"] += 1
             verified = range(self.window_start(req.written, FULL), req.written)
             cut = [p for p in verified if p + c.offset >= len(req.tokens)]
             if cut:

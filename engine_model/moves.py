@@ -61,6 +61,7 @@ class Moves(PrefixCache):
             )
         ]  # fmt: skip
         if self.lut is not None:
+            self.events["KV moved under a sliding window"] += 1
             end = len(full) if written is None else written
             self._evict_slots(
                 s for s, keep in zip(full[:end], resident[:end], strict=True) if not keep

@@ -156,6 +156,7 @@ class PrefixCache(Allocators):
             return None
         entry, _ = leaves[0]
         self.truncate(entry, len(entry.pages) - 1)
+        self.events["a cached page evicted"] += 1
         length: int = entry.length
         self.log.append(f"evict: a cached prefix down to {length}")
         return length

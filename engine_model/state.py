@@ -103,6 +103,8 @@ class EngineState:
         self._captured: set[tuple[int, int]] = set()  # graphs replayed: batch size, tokens a row
         #: per pool row, ``(request, tokens it knew)`` of its last owner when it left the row
         self._row_last_len: dict[int, tuple[int, int]] = {}
+        #: per page, the step at which it was last freed (a page handed out again in that step)
+        self._freed_at: dict[int, int] = {}
         self._keys = 0  # the last host copy's key
         #: a retracted request's backup: ``(host copy, positions written, SWA-resident mask)``
         self.backups: dict[int, tuple[int, int, list[bool]]] = {}
