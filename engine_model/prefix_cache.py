@@ -147,10 +147,11 @@ class PrefixCache(Allocators):
         return [(e, len(e.pages) - 1) for e in self.cache if not self.req_refs[e.pages[-1]]]
 
     def evict(self) -> int | None:
-        """The oldest evictable leaf loses its last page, as SGLang's radix cache evicts leaves
-        by truncation: the page goes back to the allocator when no one else holds it, and a
-        cached prefix left empty is dropped. A page a running request holds (a locked node) is
-        never evicted."""
+        """The oldest evictable leaf loses its last page: the page goes back to the allocator
+        when no one else holds it, and a cached prefix left empty is dropped. A page a running
+        request holds (a locked node) is never evicted. A named difference from SGLang, whose
+        radix cache evicts whole least-recently-used leaf nodes (``evict_for_alloc``, read):
+        here a page at a time, oldest leaf first."""
         leaves = self.evictable()
         if not leaves:
             return None
