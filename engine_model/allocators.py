@@ -44,18 +44,12 @@ class Allocators(EngineState):
         }
         return len(self.free_swa) + len(cached)
 
-    def _alloc_pages(self, n: int, exclude=(), evict: bool = False) -> list[int] | None:
+    def _alloc_pages(self, n: int, exclude=()) -> list[int] | None:
         """``n`` pages, each with its SWA slots, or None (nothing taken) when the pools lack
         them; never one of ``exclude`` (the pages a request names already: a page freed while
         its request names it goes to another, as a launch in which one request writes a slot
-        twice has no defined result). ``evict``: short of free pages, the prefix cache first
-        evicts leaves no running request holds until the pages are there or none is left, as
-        SGLang evicts just before an allocation (``mem_cache/allocation.py``:
-        ``evict_from_tree_cache``); the pages freed are handed out at once."""
+        twice has no defined result)."""
         free = [page for page in self.free_pages if page not in exclude]
-        while evict and n > len(free) and self._evict_one():
-            self.events["a cached page evicted for an allocation"] += 1
-            free = [page for page in self.free_pages if page not in exclude]
         if n > len(free) or not self._swa_room(free[:n]):
             return None
         pages = free[:n]
@@ -70,10 +64,6 @@ class Allocators(EngineState):
                     if not self.lut[s]:
                         self.lut[s] = self.free_swa.pop(0)
         return pages
-
-    def _evict_one(self) -> bool:
-        """One eviction of the prefix cache (:meth:`PrefixCache.evict`); whether it evicted."""
-        raise NotImplementedError
 
     def _release(self, page: int, *, cache: bool) -> None:
         """Drop one hold of ``page``, a request's or (``cache``) the prefix cache's: the page

@@ -422,7 +422,7 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
         n_pages = -(-written // c.page_size)
         if written < 1 or new_tokens + c.offset > c.context_len or not self.free_rows:
             return []
-        pages = self._alloc_pages(n_pages, evict=True)
+        pages = self._alloc_pages(n_pages)
         if pages is None:
             return []
         if self.peer is None:

@@ -177,7 +177,7 @@ class Forwards(Allocators):
             need = (req.written + e + c.page_size - 1) // c.page_size - len(req.pages)
             if e <= 0:
                 continue
-            pages = self._alloc_pages(max(0, need), exclude=self._named_pages(req), evict=True)
+            pages = self._alloc_pages(max(0, need), exclude=self._named_pages(req))
             if pages is None:
                 continue
             req.pages += pages

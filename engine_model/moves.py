@@ -112,7 +112,7 @@ class Moves(PrefixCache):
         if req is None or not self.free_rows:
             return None
         key, written, resident = self.backups[req.rid]
-        pages = self._alloc_pages(-(-written // self.config.page_size), evict=True)
+        pages = self._alloc_pages(-(-written // self.config.page_size))
         if pages is None:
             return None
         del self.backups[req.rid]

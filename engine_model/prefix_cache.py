@@ -162,9 +162,6 @@ class PrefixCache(Allocators):
         self.log.append(f"evict: a cached prefix down to {length}")
         return length
 
-    def _evict_one(self) -> bool:
-        return self.evict() is not None
-
     def truncate(self, entry: CacheEntry, keep: int) -> list[int]:
         """Cut a cached prefix to its first ``keep`` pages, releasing the others; the pages."""
         c = self.config
