@@ -150,8 +150,9 @@ class PrefixCache(Allocators):
         """The oldest evictable leaf loses its last page: the page goes back to the allocator
         when no one else holds it, and a cached prefix left empty is dropped. A page a running
         request holds (a locked node) is never evicted. A named difference from SGLang, whose
-        radix cache evicts whole least-recently-used leaf nodes (``evict_for_alloc``, read):
-        here a page at a time, oldest leaf first."""
+        radix cache evicts whole least-recently-used leaf nodes just before an allocation
+        (``evict_for_alloc``, ``mem_cache/allocation.py``'s ``evict_from_tree_cache``, read):
+        here a page at a time, oldest leaf first, when the scheduler's evict event is drawn."""
         leaves = self.evictable()
         if not leaves:
             return None
