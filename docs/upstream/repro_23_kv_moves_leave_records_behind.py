@@ -195,22 +195,15 @@ def hicache_buffers(path: str, pool) -> str:
     scope = {"KVBuffers": lambda **fields: types.SimpleNamespace(**fields)}
     scope["KVBufferLayout"] = lambda layout: layout
     scope["KVBufferLayout"].NHD = "nhd"
-    tree = ast.parse(open(path).read())
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == "MHATokenToKVPool":
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name == "_mha_buffers":
-                    item.body = [s for s in item.body if not isinstance(s, ast.ImportFrom)]
-                    flags = __future__.annotations.compiler_flag
-                    exec(compile(ast.Module(body=[item], type_ignores=[]), path, "exec",
-                                 flags=flags), scope)  # fmt: skip
-                    named = scope["_mha_buffers"](pool)
-                    ids = {id(t) for t in (*named.k, *named.v)}
-                    layers = all(id(t) in ids for t in (*pool.k_buffer, *pool.v_buffer))
-                    canary = id(pool.canary_buf) in ids
-                    return (f"{'the K and V layers' if layers else 'other buffers'}, "
-                            f"{'with' if canary else 'without'} the canary buffer")  # fmt: skip
-    return "(no _mha_buffers in this release)"
+    mha_buffers = method(path, "MHATokenToKVPool", "_mha_buffers", scope)
+    if mha_buffers is None:
+        return "(no _mha_buffers in this release)"
+    named = mha_buffers(pool)
+    ids = {id(t) for t in (*named.k, *named.v)}
+    layers = all(id(t) in ids for t in (*pool.k_buffer, *pool.v_buffer))
+    canary = id(pool.canary_buf) in ids
+    return (f"{'the K and V layers' if layers else 'other buffers'}, "
+            f"{'with' if canary else 'without'} the canary buffer")  # fmt: skip
 
 
 def sglang_root() -> str:
@@ -221,14 +214,16 @@ def sglang_root() -> str:
 
 
 def method(path: str, cls: str, name: str, scope: dict):
-    """``cls.name`` of SGLang's file ``path``, executed from its source in ``scope`` (None where
-    the release has no such method)."""
+    """``cls.name`` of SGLang's file ``path``, executed from its source in ``scope``, its own
+    ``from ... import`` statements taking their names from ``scope`` (None where the release
+    has no such method)."""
     tree = ast.parse(open(path).read())
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == cls:
             for item in node.body:
                 if isinstance(item, ast.FunctionDef) and item.name == name:
                     item.decorator_list = []
+                    item.body = [s for s in item.body if not isinstance(s, ast.ImportFrom)]
                     module = ast.Module(body=[item], type_ignores=[])
                     flags = __future__.annotations.compiler_flag  # annotations unevaluated
                     exec(compile(module, path, "exec", flags=flags), scope)
