@@ -388,10 +388,10 @@ def main(argv: list[str] | None = None) -> int:
     if not loading.load_or_say(loading.manager_modules):
         return 2
     version = upstream.installed_version()
+    if not options.check and columns != ("install", "history", "fired"):
+        parser.error("write docs/SUPPORT.md with every column (leave out --cells)")
     made = table(columns)
     if not options.check:
-        if columns != ("install", "history", "fired"):
-            parser.error("write docs/SUPPORT.md with every column (leave out --cells)")
         DOC.write_text(render(made, version))
         print(f"wrote {DOC.name} (sglang {version})")
         return 0
