@@ -4,8 +4,9 @@
   and each job runs the type's tox leg and the GPU check, uploads the report and the benchmark
   JSON and compares the benchmarks with the baseline stored for its type;
   ``.github/actionlint.yaml`` declares exactly those runner labels.
-- ``nightly.yml`` runs the gate on the whole suite, every mutation session of
-  ``strength/mutation/`` and every SGLang release of ``conformance/upstream.py``.
+- ``nightly.yml`` runs the gate on the whole suite, the detection table's every trial, every
+  mutation session of ``strength/mutation/`` and every SGLang release of
+  ``conformance/upstream.py``.
 - ``ci.yml`` runs the README's test command.
 
 Each disagreement is one line of a failure, with what the workflow should say. That the
@@ -149,6 +150,17 @@ def test_nightly_runs_the_gate_on_the_whole_suite():
     """.ci/run gives each mutant its tour and listed tests; nightly sweeps the whole suite."""
     text = steps_text(workflow("nightly.yml")["jobs"]["gate"])
     assert re.search(r"tox -e gate -- --whole-suite", text)
+
+
+def test_nightly_runs_every_trial_of_the_detection_table():
+    """.ci/run trusts the detection table's stamp; nightly runs every trial again."""
+    assert re.search(
+        r"tox -e detection\b", steps_text(workflow("nightly.yml")["jobs"]["detection"])
+    )
+    tox = (ROOT / "tox.ini").read_text()
+    section = tox[tox.index("[testenv:detection]") :].split("\n[", 1)[0]
+    assert "CANARY_DETECTION_FULL = 1" in section
+    assert "tests/tools/test_detection_table.py" in section
 
 
 def test_ci_runs_the_readme_test_command():
