@@ -376,11 +376,16 @@ def settle(engine: Engine, run, mode: str = DECODE, pick: int = 0) -> None:
     is ``TARGET_VERIFY``, which only the target model runs; :data:`DRAFT_SETTLE_MODES`, for
     such an engine: its multi-step draft then a decode, or its draft extend;
     :data:`MANAGER_SETTLE_MODES`, the per-forward leg's: a target verify replaying a graph, or a
-    decode replaying one where no target verify runs)."""
+    decode replaying one where no target verify runs; the draft model's multi-step draft decode
+    replaying its graph, then a decode; its draft extend replaying its graph)."""
     c = engine.config
     step = settle_step(mode)
     verify = step.mode == TARGET_VERIFY
-    if step.graph:
+    if step.graph and step.draft:  # the draft decode graph runner's, two padding rows a step
+        decode = lambda: [*engine.draft_decode(2, 2, graph=True), engine.decode(0)]  # noqa: E731
+    elif step.graph and step.mode == DRAFT_EXTEND_V2:  # the draft extend runner's, likewise
+        decode = lambda: engine.draft_extend(3, 2, graph=True) or engine.decode(0)  # noqa: E731
+    elif step.graph:
         decode = lambda: _graph_step(engine, pick, verify)  # noqa: E731
     elif step.draft:  # the draft model's own forwards (the EAGLE offset; not drawn by the suite)
         decode = lambda: [*engine.draft_decode(2), engine.decode(0)]  # noqa: E731

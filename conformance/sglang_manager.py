@@ -127,6 +127,8 @@ from conformance.sglang.trials import fault_trial, shared_prefix_trial
 from engine_model import faults
 from engine_model.vocabulary import (
     DECODE,
+    DRAFT_DECODE,
+    DRAFT_EXTEND_V2,
     DRAFT_SETTLE_MODES,
     MANAGER_SETTLE_MODES,
     MOVE_STEP,
@@ -157,6 +159,15 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+#: The graphs the leg captures (``graphs.CAPTURES``), and the steps that replay each.
+GRAPHS_REPLAYED_BY = {
+    DECODE: "DECODE and IDLE steps",
+    TARGET_VERIFY: "target verifies",
+    DRAFT_DECODE.name: "the draft model's draft decode steps",
+    DRAFT_EXTEND_V2: "its draft extends",
+}
 
 
 def _correct_histories(histories: int) -> tuple[list[str], Counter]:
@@ -190,21 +201,16 @@ def _correct_histories(histories: int) -> tuple[list[str], Counter]:
         f"  SGLang's reports of the divergence [20] (draft extend, EAGLE offset): "
         f"{counts[str(DRAFT_EXTEND_DIVERGENCE)]}"
     )
-    made, replayed = (f"{what} {DECODE}" for what in ("graphs", "replays"))
-    print(
-        f"  DECODE graphs captured (a batch size each, per history): {counts[made]}, "
-        f"replayed by DECODE and IDLE steps: {counts[replayed]}"
-    )
-    made, replayed = (f"{what} {TARGET_VERIFY}" for what in ("graphs", "replays"))
-    print(
-        f"  TARGET_VERIFY graphs captured (a batch size and draft count each, per history): "
-        f"{counts[made]}, replayed by target verifies: {counts[replayed]}"
-    )
+    for name, replayed_by in GRAPHS_REPLAYED_BY.items():
+        print(
+            f"  {name} graphs captured (a manager's capacities each, per history): "
+            f"{counts['graphs ' + name]}, replayed by {replayed_by}: {counts['replays ' + name]}"
+        )
     print(
         f"  verify entries whose token a replayed graph's plan leaves unchecked, the divergence "
-        f"[21]: {counts[str(GRAPH_TOKEN_DIVERGENCE)]} (DECODE graphs "
-        f"{counts['unchecked ' + DECODE]}, TARGET_VERIFY graphs "
-        f"{counts['unchecked ' + TARGET_VERIFY]})"
+        f"[21]: {counts[str(GRAPH_TOKEN_DIVERGENCE)]} ("
+        + ", ".join(f"{name} graphs {counts['unchecked ' + name]}" for name in GRAPHS_REPLAYED_BY)
+        + ")"
     )
     return [label for label in labels if not step_counts[label]], counts
 
@@ -247,8 +253,8 @@ def _upstream_problems(fired: Counter, counts: Counter) -> list[str]:
     """The README's table of fired checks, on the release it was made on (a cell it says cannot
     fire never does, and every other cell fires), and [20] and [21] as expectations: present on
     the releases their scripts reproduce on ([20] only where the draft's runner has a token
-    oracle, :mod:`conformance.sglang.wiring`) (for [21], in the replays of both modes a runner
-    captures, DECODE and TARGET_VERIFY), so that a fix upstream shows as an unexpected pass,
+    oracle, :mod:`conformance.sglang.wiring`) (for [21], in the replays of every graph the leg
+    captures: :data:`GRAPHS_REPLAYED_BY`), so that a fix upstream shows as an unexpected pass,
     and absent elsewhere."""
     problems = []
     version = upstream.installed_version()
@@ -265,10 +271,10 @@ def _upstream_problems(fired: Counter, counts: Counter) -> list[str]:
                 f"[{tag}] {'expected but not seen' if expected else 'seen but not expected'} "
                 f"on sglang {version}: {seen} {what}"
             )
-    if upstream.reproduces_on(GRAPH_TOKEN_DIVERGENCE, version):  # in both modes a runner captures
+    if upstream.reproduces_on(GRAPH_TOKEN_DIVERGENCE, version):  # in every graph captured
         problems += [
             f"[{GRAPH_TOKEN_DIVERGENCE}] expected but not seen in {mode} replays on sglang {version}"
-            for mode in (DECODE, TARGET_VERIFY)
+            for mode in GRAPHS_REPLAYED_BY
             if not counts[f"unchecked {mode}"]
         ]
     return problems

@@ -277,9 +277,9 @@ DIVERGENCES: dict[int, Divergence] = {
         ("0.5.13", "0.5.23"),
     ),
     21: Divergence(
-        "a decode or a target verify that replays a CUDA graph never checks a verified slot's "
-        "token: the capture batch has no `req_all_ids_lens`, so every replay plans the "
-        "expected-token valid lengths 0",
+        "a forward that replays a CUDA graph (a decode, a target verify, EAGLE's draft decode "
+        "or draft extend) never checks a verified slot's token: the capture batch has no "
+        "`req_all_ids_lens`, so every replay plans the expected-token valid lengths 0",
         "core",
         "With the verify token assert on (`SGLANG_KV_CANARY_ENABLE_VERIFY_TOKEN_ASSERT`), a "
         "slot whose record names a token other than the request's is reported "
@@ -293,18 +293,20 @@ DIVERGENCES: dict[int, Divergence] = {
         "token (-1: not checked). Under speculative decoding (EAGLE) the runner captures "
         "`TARGET_VERIFY` in place of `DECODE` through the same call (its `spec_info` from "
         "`get_spec_info`), so a target verify that replays a graph checks no token either "
-        "(shown on 0.5.23 by the per-forward leg and by the script). EAGLE's draft extend "
-        "graph runner (`speculative/eagle_draft_extend_cuda_graph_runner.py`) builds its "
-        "`DRAFT_EXTEND_V2` capture batch without `req_all_ids_lens` too: the script captures "
-        "`PlanInput` on a batch of the fields that call passes and replays it; that runner "
-        "captures inside the draft model's canary bracket (read, not run), so the draft "
-        "model's replayed draft extends check no token either (shown by the script on 0.5.13, "
-        "0.5.20 and 0.5.23; the per-forward leg does not replay draft extend graphs). Chain, position and "
+        "(shown on 0.5.23 by the per-forward leg and by the script). EAGLE's draft model has "
+        "two graph runners of its own, and neither capture call passes `req_all_ids_lens`: "
+        "the draft decode runner (`speculative/eagle_draft_cuda_graph_runner.py`, every step "
+        "of its multi-step draft in one graph, each step's canary bracket inside it) and the "
+        "draft extend runner (`speculative/eagle_draft_extend_cuda_graph_runner.py`, "
+        "`DRAFT_EXTEND_V2`). The script captures `PlanInput` on a batch of the fields each "
+        "call passes and replays it (shown on 0.5.13, 0.5.20 and 0.5.23); the per-forward leg "
+        "replays both graphs too, and their verify entries check no token. Chain, position and "
         "real-KV checks are untouched, and so is the write's input assert "
         "(`WRITE_TOKEN_MISMATCH`), whose oracle runs inside the graph. The per-forward leg "
-        "(`conformance/sglang_manager.py`) replays its graph decodes and target verifies as "
-        "captured and counts the verify entries left unchecked; its fault trials settled by "
-        "replayed decodes or target verifies meet every predicted report but the `TOKEN` bit "
+        "(`conformance/sglang_manager.py`) replays its graph decodes, target verifies, draft "
+        "decodes and draft extends as captured and counts the verify entries left unchecked; "
+        "its fault trials settled by replayed graphs meet every predicted report but the "
+        "`TOKEN` bit "
         "(where any one of a report's bits was due, `TOKEN` among them, none is: a record "
         "that differs in its token alone shows nothing at its slot under a replay, its chain "
         "breaking one position on).",
@@ -361,6 +363,32 @@ DIVERGENCES: dict[int, Divergence] = {
         "have no `_mha_buffers`: their HiCache path is not run.",
         "repro_23_kv_moves_leave_records_behind.py",
         ("0.5.13", "0.5.23"),
+    ),
+    24: Divergence(
+        "with breakable prefill CUDA graphs the canary runs each prefill on the graph runner's "
+        "replay batch, which has no `rids_int` and no `req_all_ids_lens`: with the token "
+        "oracle on the first such prefill raises, and without it no prefill checks a token",
+        "core",
+        "`install_canary` refuses piecewise prefill graphs and names "
+        "`--cuda-graph-backend-prefill=breakable` as the setting to use with the canary. Under "
+        "it the prefill graph runner (`model_executor/runner/prefill_cuda_graph_runner.py`) "
+        "captures the transformer body alone (`_run_forward` calls `layer_model.forward`, "
+        "which the canary does not wrap), and each replay swaps `layer_model.forward` for the "
+        "graph and calls the wrapped outer `model.forward` eagerly on the batch `load_batch` "
+        "builds: its token axis padded to the captured bucket, a `MIXED` batch as `EXTEND`, "
+        "and only the fields that call passes, which are neither `rids_int` nor "
+        "`bootstrap_room_ids_int` nor `req_all_ids_lens`. With the token oracle on (the "
+        "write's input assert), `TokenOracleManager.fill_expected_inputs` expands `rids_int` "
+        "per token and raises `TypeError` on None at the server's first prefill that replays "
+        "a graph; without it, `PlanInput` plans the expected-token valid lengths 0 and no "
+        "prefill checks a token. The script reads the runner's source for those facts and "
+        "runs SGLang's oracle manager and `PlanInput` on a prefill as `load_batch` builds it "
+        "(0.5.13 has another breakable runner, which it does not run); the support matrix's "
+        "breakable prefill row runs a correct history through SGLang's per-forward runtime on "
+        "that batch (`conformance/sglang/prefill_graphs.py`) and shows the `TypeError` at "
+        "its first prefill.",
+        "repro_24_breakable_prefill_replay_batch.py",
+        ("0.5.14", "0.5.23"),
     ),
 }
 

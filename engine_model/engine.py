@@ -181,15 +181,19 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
         finally:
             self._overflow = False
 
-    def draft_decode(self, steps: int) -> list[Forward]:
+    def draft_decode(self, steps: int, pad: int = 0, graph: bool = False) -> list[Forward]:
         """The draft model's multi-step draft (its canary has the EAGLE offset 1; SGLang's
         ``is_eagle_draft_decode``): ``steps`` decode forwards, each writing one draft position
         past the last of every decoding request (the first with the token sampled, the rest
         with draft tokens), the write's input assert off, the snapshot's valid length the
         tokens known before drafting, so a later step's verify of an earlier draft past the
         snapshot expects no token; then the drafts are given up (the target decides), their
-        pages freed and the requests back where they were."""
+        pages freed and the requests back where they were. Replaying a CUDA graph (``graph``:
+        EAGLE's draft decode graph runner, ``eagle_draft_cuda_graph_runner.py``), each step has
+        ``pad`` padding rows at its tail, one token each."""
         c = self.config
+        if pad and not graph:
+            raise ValueError("a draft decode has padding rows only when it replays a graph")
         if not c.offset or steps < 1:
             return []
         rows = [r for r, _ in self.decode_rows()]
@@ -203,7 +207,9 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
                     r.rid: r.tokens[r.written + c.offset] if k == 0 else self._fresh(1)[0]
                     for r, _ in live
                 }
-                forward = self._forward("draft_decode", live, pad=0, forward_mode=DECODE)
+                forward = self._forward(
+                    "draft_decode", live, pad=pad, forward_mode=DECODE, graph=graph
+                )
                 if forward is None:
                     break
                 self.events["a draft decode step"] += 1
@@ -216,7 +222,7 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
             self.last_written = []
         return forwards
 
-    def draft_extend(self, tokens: int) -> Forward | None:
+    def draft_extend(self, tokens: int, pad: int = 0, graph: bool = False) -> Forward | None:
         """The draft model's draft extend after a target verify (``DRAFT_EXTEND_V2``; its canary
         has the EAGLE offset 1): every decoding request has had ``tokens - 1`` more tokens
         accepted by the target model, and writes the draft model's KV of all ``tokens`` positions
@@ -225,8 +231,12 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
         (``plan_input.py``), and the write's expected inputs are the token oracle's
         (:data:`ORACLE_MODES`), its input assert on (the model's choice: SGLang's switch, in
         ``single_forward_manager/manager.py``, is not run). A request without room for the tokens takes
-        no part (None: no request has room)."""
+        no part (None: no request has room). Replaying a CUDA graph (``graph``: EAGLE's draft
+        extend graph runner, ``eagle_draft_extend_cuda_graph_runner.py``), ``pad`` padding rows
+        at its tail write ``tokens`` each, as the runner pads every row to its captured width."""
         c = self.config
+        if pad and not graph:
+            raise ValueError("a draft extend has padding rows only when it replays a graph")
         if not c.offset or tokens < 1:
             return None
         # a request without room for the tokens is at its end: it takes no part
@@ -242,7 +252,9 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
             more = self._fresh(tokens - 1)
             req.tokens += more
             req.truth += more
-        forward = self._forward("draft_extend", rows, pad=0, forward_mode=DRAFT_EXTEND_V2)
+        forward = self._forward(
+            "draft_extend", rows, pad=pad, forward_mode=DRAFT_EXTEND_V2, graph=graph
+        )
         for req, _ in rows:  # a row that waited (no pages): its tokens are a prompt's now
             if self.pending(req) > 1:
                 req.decoding = False

@@ -223,9 +223,9 @@ class Forwards(Allocators):
         rows = np.full(bs, REQ_POOL_IDX_PADDING, dtype=np.int64)
         stale = self.rng.integers(-3, self.config.context_len + 3, (3, bs)).astype(np.int64)
         prefix, extend, valid = stale[0], stale[1], stale[2]
-        if forward_kind in ("decode", "idle"):
+        if forward_kind in ("decode", "idle", "draft_decode"):
             extend[:] = 1
-        if forward_kind == "target_verify" and batch:  # one draft count for the batch
+        if forward_kind in ("target_verify", "draft_extend") and batch:  # one count a batch
             extend[:] = batch[0][1]
         if graph:
             prefix[:] = 0

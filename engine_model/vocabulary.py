@@ -55,6 +55,7 @@ __all__ = [
     "TARGET_VERIFY",
     "StepLabel",
     "launch_tag",
+    "of_the_draft_model",
     "settle_step",
     "situation",
 ]
@@ -107,8 +108,8 @@ PREFILL_ENGINE = "prefill"
 @dataclass(frozen=True)
 class StepLabel:
     """A forward mode as a run counts it, with how the forward ran: ``graph``, replaying a CUDA
-    graph; ``draft``, in the draft model (its multi-step decode); ``prefill_engine``, on a PD
-    prefill engine. Its text (``str``) is what tables print, :attr:`short` what a table header
+    graph; ``draft``, in the draft model (its multi-step decode; with ``graph``, the draft
+    decode graph runner's replay of it); ``prefill_engine``, on a PD prefill engine. Its text (``str``) is what tables print, :attr:`short` what a table header
     of the README says, :attr:`name` the settle mode's spelling::
 
         str(StepLabel(DECODE, graph=True)) == "DECODE replaying a graph"
@@ -123,7 +124,7 @@ class StepLabel:
 
     def __post_init__(self) -> None:
         if self.mode not in (*FORWARD_MODES, SWEEP, _MOVE) or (
-            self.graph + self.draft + self.prefill_engine > 1
+            self.prefill_engine and (self.graph or self.draft)
         ):
             raise ValueError(f"no such step: {self!r}")
 
@@ -133,6 +134,8 @@ class StepLabel:
         ran: tuple[str, str | None, str]
         if self.prefill_engine:
             ran = ("{} on the prefill engine", None, "{}")
+        elif self.draft and self.graph:
+            ran = ("{} of the draft model replaying a graph", "graph draft {}", "DRAFT_{}_GRAPH")
         elif self.draft:
             ran = ("{} of the draft model", "draft {}", "DRAFT_{}")
         elif self.graph:
@@ -203,12 +206,23 @@ SETTLE_MODES = tuple(step.name for step in SETTLE_STEPS[:4])
 DRAFT_SETTLE_MODES = tuple(step.name for step in SETTLE_STEPS[4:])
 #: The steps only the SGLang per-forward leg settles with (``conformance/sglang_manager.py``):
 #: EAGLE's target verify replaying a CUDA graph (two padding rows at its tail, three tokens a
-#: row), where SGLang's replay runs only what its capture recorded. To the reference it is a
-#: ``TARGET_VERIFY`` with a graph's padding and capacity, so the suite's engine tests and the
-#: detection table leave it out.
-MANAGER_SETTLE_STEPS = (StepLabel(TARGET_VERIFY, graph=True),)
+#: row), and the draft model's draft decode and draft extend replaying theirs (two padding rows
+#: each), where SGLang's replay runs only what its capture recorded. To the reference each is a
+#: forward with a graph's padding and capacity, so the suite's engine tests and the detection
+#: table leave them out.
+MANAGER_SETTLE_STEPS = (
+    StepLabel(TARGET_VERIFY, graph=True),
+    StepLabel(DECODE, draft=True, graph=True),
+    StepLabel(DRAFT_EXTEND_V2, graph=True),
+)
 #: The per-forward leg's own settle modes, by name.
 MANAGER_SETTLE_MODES = tuple(step.name for step in MANAGER_SETTLE_STEPS)
+
+
+def of_the_draft_model(step: StepLabel) -> bool:
+    """Whether only the draft model's canary (the EAGLE offset) runs ``step``: its multi-step
+    draft decode and its draft extend, eagerly or replaying a graph."""
+    return step.draft or step.mode == DRAFT_EXTEND_V2
 
 
 def settle_step(name: str) -> StepLabel:

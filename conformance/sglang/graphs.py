@@ -23,7 +23,19 @@ Under speculative decoding (EAGLE) the same runner captures ``TARGET_VERIFY`` in
 ``bs * draft_token_num`` tokens in the token-axis buffers, and the capture batch's ``spec_info``
 is what ``get_spec_info`` builds, an ``EagleVerifyInput`` whose ``draft_token_num`` is the
 runner's ``speculative_num_draft_tokens``. A target verify up to the largest captured size is a
-replay of it, its padding rows at the tail, ``draft_token_num`` tokens each. The leg replays
+replay of it, its padding rows at the tail, ``draft_token_num`` tokens each.
+
+EAGLE's draft model has two runners of its own (:data:`DRAFT_DECODE_RUNNER`,
+:data:`DRAFT_EXTEND_RUNNER`). The draft decode runner (``speculative/
+eagle_draft_cuda_graph_runner.py``) captures the whole multi-step draft as one graph: its
+capture batch is a ``DECODE`` ``ForwardBatch`` whose ``input_ids`` and ``out_cache_loc``
+EAGLE's ``draft_forward`` sets before each step's forward, and each step's forward runs inside
+the draft model's canary bracket of that step (``with_active_single_forward_manager``, read,
+not run). The leg captures one step's bracket per manager and replays it for every step: each
+step's part of SGLang's graph records the same operations over a batch of the same fields. The
+draft extend runner (``eagle_draft_extend_cuda_graph_runner.py``) captures ``DRAFT_EXTEND_V2``
+with rows of ``captured_req_width`` tokens, its ``spec_info`` an ``EagleDraftExtendInput``
+whose ``num_tokens_per_req`` is that width, inside the draft model's bracket too. The leg replays
 every idle step through a ``DECODE`` graph, those of its EAGLE histories too, where SGLang's
 runner would replay its ``TARGET_VERIFY`` graph and EAGLE's worker runs the draft model's idle
 forwards eagerly: not modelled (every row is padding, and no plan of the leg's idle steps has
@@ -71,66 +83,126 @@ from conformance.graph_capture import capture as capture_graph
 from conformance.sglang import loading
 from conformance.sglang.standins import ManagerBatchStandIn
 from engine_model import Forward
-from engine_model.vocabulary import DECODE, TARGET_VERIFY
+from engine_model.vocabulary import (
+    DECODE,
+    DRAFT_DECODE,
+    DRAFT_EXTEND_V2,
+    TARGET_VERIFY,
+    StepLabel,
+)
 
 __all__ = [
-    "RUNNER_FILES",
+    "CAPTURES",
+    "DECODE_RUNNER",
+    "DRAFT_DECODE_RUNNER",
+    "DRAFT_EXTEND_RUNNER",
+    "RUNNERS",
     "SEQ_LEN_FILL_VALUE",
     "CaptureSpecInfo",
+    "Runner",
     "CapturedDecode",
     "StaticBuffers",
     "capture",
     "capture_batch",
     "capture_keywords",
     "capture_mode",
+    "capture_spec_info",
     "graph_dues",
     "opaque_launchers",
     "replay",
     "replayed_dues",
     "replayed_forward",
     "runner_file",
+    "settle_runner",
     "unchecked_tokens",
 ]
 
-#: Where a release keeps its decode graph runner, below ``sglang/srt/model_executor/``.
-RUNNER_FILES = ("runner/decode_cuda_graph_runner.py", "cuda_graph_runner.py")
+
+@dataclass(frozen=True)
+class Runner:
+    """One of SGLang's CUDA graph runners that capture while the canary is installed: where
+    releases keep it (below ``sglang/srt/``: the first of ``files`` that builds the capture
+    batch), the attribute its capture ``ForwardBatch(...)`` call passes as ``forward_mode``,
+    and the fields the captured code sets on that batch before the canary reads them
+    (``set_in_graph``: EAGLE's ``draft_forward`` sets ``input_ids`` and ``out_cache_loc``
+    before each draft step's forward)."""
+
+    name: str
+    files: tuple[str, ...]
+    mode_attr: str
+    set_in_graph: frozenset[str] = frozenset()
+
+
+#: The decode graph runner: ``DECODE``, or ``TARGET_VERIFY`` under speculative decoding.
+DECODE_RUNNER = Runner(
+    "decode graph runner",
+    ("model_executor/runner/decode_cuda_graph_runner.py", "model_executor/cuda_graph_runner.py"),
+    "capture_forward_mode",
+)
+#: EAGLE's draft model: its multi-step draft decode (one graph of every draft step, each step's
+#: canary bracket inside it) and its draft extend (``DRAFT_EXTEND_V2``).
+DRAFT_DECODE_RUNNER = Runner(
+    "draft decode graph runner",
+    ("speculative/eagle_draft_cuda_graph_runner.py",),
+    DECODE,  # ``ForwardMode.DECODE``
+    frozenset({"input_ids", "out_cache_loc"}),
+)
+DRAFT_EXTEND_RUNNER = Runner(
+    "draft extend graph runner",
+    ("speculative/eagle_draft_extend_cuda_graph_runner.py",),
+    "forward_mode",
+)
+RUNNERS = (DECODE_RUNNER, DRAFT_DECODE_RUNNER, DRAFT_EXTEND_RUNNER)
+#: The graph each runner captures, by the name the leg gives it (:func:`capture_mode`): the
+#: runner and the capture batch's forward mode.
+CAPTURES = {
+    DECODE: (DECODE_RUNNER, DECODE),
+    TARGET_VERIFY: (DECODE_RUNNER, TARGET_VERIFY),
+    DRAFT_DECODE.name: (DRAFT_DECODE_RUNNER, DECODE),
+    DRAFT_EXTEND_V2: (DRAFT_EXTEND_RUNNER, DRAFT_EXTEND_V2),
+}
 #: The backend's ``get_cuda_graph_seq_len_fill_value`` (FlashInfer's, and most backends'): the
 #: captured ``seq_lens`` and the padding rows' at replay (a decode's plan never reads it).
 SEQ_LEN_FILL_VALUE = 1
 
 
-def _capture_call(tree: ast.AST) -> ast.Call | None:
-    """The ``ForwardBatch(...)`` call whose ``forward_mode`` is ``self.capture_forward_mode``."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "ForwardBatch":
-            mode = next((k.value for k in node.keywords if k.arg == "forward_mode"), None)
-            if isinstance(mode, ast.Attribute) and mode.attr == "capture_forward_mode":
-                return node
-    return None
+def _capture_call(tree: ast.AST, mode_attr: str) -> ast.Call | None:
+    """The ``ForwardBatch(...)`` call whose ``forward_mode`` is an attribute named
+    ``mode_attr`` (``self.capture_forward_mode``, ``ForwardMode.DECODE``), the first one in a
+    function whose name says it captures where there is one."""
+    found = []
+    for function in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)] + [tree]:
+        for node in ast.walk(function):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "ForwardBatch":
+                mode = next((k.value for k in node.keywords if k.arg == "forward_mode"), None)
+                if isinstance(mode, ast.Attribute) and mode.attr == mode_attr:
+                    found.append((0 if "capture" in getattr(function, "name", "") else 1, node))
+    return min(found, key=lambda pair: pair[0])[1] if found else None
 
 
-def runner_file() -> Path:
-    """The installed release's decode graph runner: the file of :data:`RUNNER_FILES` that builds
-    the capture's ``ForwardBatch`` (``LookupError``, naming the release and the files looked in,
+def runner_file(runner: Runner = DECODE_RUNNER) -> Path:
+    """The installed release's file of ``runner``: the first of its files that builds the
+    capture's ``ForwardBatch`` (``LookupError``, naming the release and the files looked in,
     where none does)."""
-    base = loading.sglang_root() / "srt" / "model_executor"
-    for name in RUNNER_FILES:
+    base = loading.sglang_root() / "srt"
+    for name in runner.files:
         path = base / name
-        if path.is_file() and _capture_call(ast.parse(path.read_text())) is not None:
+        if path.is_file() and _capture_call(ast.parse(path.read_text()), runner.mode_attr):
             return path
     raise LookupError(
-        f"sglang {upstream.installed_version()}: no decode graph runner builds a capture "
-        f"ForwardBatch(forward_mode=self.capture_forward_mode, ...) in "
-        + ", ".join(f"srt/model_executor/{n}" for n in RUNNER_FILES)
+        f"sglang {upstream.installed_version()}: no {runner.name} builds a capture "
+        f"ForwardBatch(forward_mode=...{runner.mode_attr}, ...) in "
+        + ", ".join(f"srt/{n}" for n in runner.files)
     )
 
 
 @functools.cache
-def capture_keywords() -> frozenset[str]:
-    """The fields the runner's capture ``ForwardBatch(...)`` call passes (its keywords)."""
-    call = _capture_call(ast.parse(runner_file().read_text()))
+def capture_keywords(runner: Runner = DECODE_RUNNER) -> frozenset[str]:
+    """The fields ``runner``'s capture ``ForwardBatch(...)`` call passes (its keywords), and
+    those its captured code sets before the canary reads them."""
+    call = _capture_call(ast.parse(runner_file(runner).read_text()), runner.mode_attr)
     assert call is not None
-    return frozenset(k.arg for k in call.keywords if k.arg is not None)
+    return frozenset(k.arg for k in call.keywords if k.arg is not None) | runner.set_in_graph
 
 
 @dataclass(frozen=True)
@@ -149,6 +221,7 @@ class StaticBuffers:
     positions: torch.Tensor
     rids_int: torch.Tensor
     bootstrap_room_ids_int: torch.Tensor
+    extend_seq_lens: torch.Tensor
 
     @classmethod
     def allocate(cls, bs: int, tokens: int) -> StaticBuffers:
@@ -158,9 +231,16 @@ class StaticBuffers:
             seq_lens=torch.full((bs,), SEQ_LEN_FILL_VALUE, dtype=torch.int64),
             out_cache_loc=zeros(tokens), positions=zeros(tokens), rids_int=zeros(bs),
             bootstrap_room_ids_int=torch.full((bs,), -1, dtype=torch.int64),
+            extend_seq_lens=torch.full((bs,), tokens // bs, dtype=torch.int32),
         )  # fmt: skip
 
-    #: each slot's padding policy at replay (``PaddingPolicy``): its padded tail's value, or
+    @property
+    def width(self) -> int:
+        """The tokens of a row: 1, or the captured draft count (``captured_req_width``)."""
+        return int(self.input_ids.shape[0]) // int(self.req_pool_indices.shape[0])
+
+    #: each slot's padding policy at replay (``PaddingPolicy``): its padded tail's value
+    #: (``"width"``: the row's tokens, as the draft extend runner fills ``extend_seq_lens``), or
     #: None where the tail keeps what the last replay left (``FOREACH_COPY``)
     PADDING = {
         "input_ids": None,
@@ -170,6 +250,7 @@ class StaticBuffers:
         "positions": 0,
         "rids_int": None,
         "bootstrap_room_ids_int": None,
+        "extend_seq_lens": "width",
     }
     #: each slot's axis (``GraphSlot.axis``): rows, or tokens
     TOKEN_AXIS = frozenset({"input_ids", "out_cache_loc", "positions"})
@@ -183,7 +264,7 @@ class StaticBuffers:
             buffer = getattr(self, name)
             raw = raw_tokens if name in self.TOKEN_AXIS else raw_bs
             if pad is not None:
-                buffer[raw:].fill_(pad)
+                buffer[raw:].fill_(self.width if pad == "width" else pad)
             source = getattr(live, name, None)
             if source is not None:
                 buffer[:raw].copy_(source[:raw])
@@ -191,32 +272,54 @@ class StaticBuffers:
 
 @dataclass(frozen=True)
 class CaptureSpecInfo:
-    """Stands for the ``EagleVerifyInput`` that the runner's ``get_spec_info`` gives its capture
-    batch under EAGLE (``speculative/eagle_info.py``), as the canary reads it: of the fields
-    that call passes, ``draft_token_num`` (the runner's ``speculative_num_draft_tokens``) is the
-    one kv_canary reads (``plan_input.py``, ``token_oracle/oracle_manager.py``); it reads
-    ``num_tokens_per_req`` only in ``DRAFT_EXTEND_V2``, which this runner never captures, and
-    the stand-in has none. ``tests/suite/test_sglang_graphs.py`` reads both sides from source."""
+    """Stands for the ``spec_info`` a speculative runner gives its capture batch, as the canary
+    reads it (``plan_input.py``, ``token_oracle/oracle_manager.py``): in ``TARGET_VERIFY`` the
+    decode graph runner's ``get_spec_info`` builds an ``EagleVerifyInput`` whose
+    ``draft_token_num`` is the runner's ``speculative_num_draft_tokens``; in ``DRAFT_EXTEND_V2``
+    the draft extend runner builds an ``EagleDraftExtendInput`` whose ``num_tokens_per_req`` is
+    its ``captured_req_width``; the draft decode runner's ``EagleDraftInput`` passes neither
+    (the canary reads no ``spec_info`` in ``DECODE``). A field the runner's constructor does not
+    pass is None. ``tests/suite/test_sglang_graphs.py`` reads both sides from source."""
 
-    draft_token_num: int
+    draft_token_num: int | None = None
+    num_tokens_per_req: int | None = None
 
 
 def capture_mode(forward: Forward) -> str:
-    """The mode of the graph a forward replays: ``TARGET_VERIFY`` for a target verify (the
-    runner of a speculative server captures it), ``DECODE`` for a decode or an idle step."""
-    return TARGET_VERIFY if forward.mode == TARGET_VERIFY else DECODE
+    """The graph a forward replays (a key of :data:`CAPTURES`): ``TARGET_VERIFY`` for a target
+    verify (the decode graph runner of a speculative server captures it), ``DRAFT_DECODE`` for
+    a step of the draft model's multi-step draft decode, ``DRAFT_EXTEND_V2`` for its draft
+    extend, ``DECODE`` for a decode or an idle step."""
+    if forward.kind == "draft_decode":
+        return DRAFT_DECODE.name
+    if forward.mode in (TARGET_VERIFY, DRAFT_EXTEND_V2):
+        return forward.mode
+    return DECODE
+
+
+def capture_spec_info(name: str, width: int) -> CaptureSpecInfo | None:
+    """The capture batch's ``spec_info`` of graph ``name`` whose rows hold ``width`` tokens
+    (None: the decode graph runner without speculative decoding)."""
+    if name == TARGET_VERIFY:
+        return CaptureSpecInfo(draft_token_num=width)
+    if name == DRAFT_EXTEND_V2:
+        return CaptureSpecInfo(num_tokens_per_req=width)
+    return CaptureSpecInfo() if name == DRAFT_DECODE.name else None
 
 
 def capture_batch(
-    buffers: StaticBuffers, mode, spec_info: CaptureSpecInfo | None = None
+    buffers: StaticBuffers,
+    mode,
+    spec_info: CaptureSpecInfo | None = None,
+    runner: Runner = DECODE_RUNNER,
 ) -> ManagerBatchStandIn:
-    """The capture's ``ForwardBatch`` over ``buffers``, as ``capture_prepare`` builds it in
-    ``mode`` (``self.capture_forward_mode``) with ``spec_info`` (``get_spec_info``'s: None
-    without speculative decoding): only the fields its call passes (:func:`capture_keywords`)
-    are set, each as the runner sets it; every other field the canary reads is None,
-    ``ForwardBatch``'s default (``NotImplementedError`` where a release's call passes one this
-    stand-in cannot fill)."""
-    passed = capture_keywords()
+    """The capture's ``ForwardBatch`` over ``buffers``, as ``runner`` builds it in ``mode``
+    (for the decode graph runner, ``self.capture_forward_mode``) with ``spec_info`` (None
+    without speculative decoding): only the fields its call passes, or its captured code sets
+    (:func:`capture_keywords`), are set, each as the runner sets it; every other field the
+    canary reads is None, ``ForwardBatch``'s default (``NotImplementedError`` where a release's
+    call passes one this stand-in cannot fill)."""
+    passed = capture_keywords(runner)
     bs = int(buffers.req_pool_indices.shape[0])
     values = {
         "forward_mode": mode,
@@ -232,8 +335,8 @@ def capture_batch(
             fields[f.name] = values[f.name]
         else:
             raise NotImplementedError(
-                f"the decode graph runner passes {f.name} to its capture batch "
-                f"({runner_file().name}): the stand-in does not know its static buffer"
+                f"the {runner.name} passes {f.name} to its capture batch "
+                f"({runner_file(runner).name}): the stand-in does not know its static buffer"
             )
     return ManagerBatchStandIn(**fields)
 
@@ -300,14 +403,16 @@ def _state(side) -> list[np.ndarray]:
 
 
 def capture(side, manager, bs: int, tokens: int, mode: str = DECODE) -> CapturedDecode:
-    """``manager`` (new, its asserts off as SGLang builds it) captured as SGLang's runner
-    captures batch size ``bs`` (``tokens`` tokens: ``bs * draft_token_num`` in
-    ``TARGET_VERIFY``) in ``mode``, its asserts turned on after it as ``mark_init_finished``
-    does; the capture must leave the canary buffers and the ring as they were."""
+    """``manager`` (new, its asserts off as SGLang builds it) captured as SGLang's runner of
+    graph ``mode`` (a key of :data:`CAPTURES`) captures batch size ``bs`` (``tokens`` tokens:
+    ``bs`` times the row's width, the draft count in ``TARGET_VERIFY`` and
+    ``DRAFT_EXTEND_V2``), its asserts turned on after it as ``mark_init_finished`` does; the
+    capture must leave the canary buffers and the ring as they were."""
     mods, device_state = side.mods, side.device_state
     buffers = StaticBuffers.allocate(bs, tokens)
-    spec_info = CaptureSpecInfo(draft_token_num=tokens // bs) if mode == TARGET_VERIFY else None
-    batch = capture_batch(buffers, loading.runtime().ForwardMode[mode], spec_info)
+    runner, forward_mode = CAPTURES[mode]
+    spec_info = capture_spec_info(mode, tokens // bs)
+    batch = capture_batch(buffers, loading.runtime().ForwardMode[forward_mode], spec_info, runner)
     before, counters = _state(side), _counters(device_state)
     chain = device_state.enable_chain_position_assert.clone()
     device_state.enable_chain_position_assert.fill_(0)
@@ -421,13 +526,20 @@ def replayed_dues(dues: list | None, counted: list[int]) -> list | None:
     return out
 
 
+def settle_runner(step: StepLabel) -> Runner:
+    """The runner whose graphs a settle's decodes in ``step`` replay."""
+    if step.draft:
+        return DRAFT_DECODE_RUNNER
+    return DRAFT_EXTEND_RUNNER if step.mode == DRAFT_EXTEND_V2 else DECODE_RUNNER
+
+
 @contextlib.contextmanager
-def graph_dues(cls, replays: bool, counted: list[int]):
+def graph_dues(cls, replays: bool, counted: list[int], runner: Runner = DECODE_RUNNER):
     """Inside the block, fault class ``cls`` predicts what a settle through SGLang's replayed
-    graphs can report (:func:`replayed_dues`) where the settle's decodes replay graphs
-    (``replays``) and the installed runner's capture batch has no ``req_all_ids_lens``;
-    elsewhere it is unchanged."""
-    if not replays or "req_all_ids_lens" in capture_keywords():
+    graphs can report (:func:`replayed_dues`) where the settle's decodes replay graphs of
+    ``runner`` (``replays``) and the installed runner's capture batch has no
+    ``req_all_ids_lens``; elsewhere it is unchanged."""
+    if not replays or "req_all_ids_lens" in capture_keywords(runner):
         yield
         return
     due, later = cls.due, cls.due_after_settle

@@ -42,6 +42,8 @@ __all__ = [
     "MOVE_OPS",
     "PLAIN_OPS",
     "EXPECTED_INPUTS_REQUIRED",
+    "GRAPH_DRAFT_DECODE_STEP",
+    "GRAPH_DRAFT_EXTEND_STEP",
     "REQUIRED",
     "REQUIRED_STEPS",
     "SEEDS",
@@ -160,6 +162,11 @@ GRAPH_DECODE = GRAPH_DECODE_STEP.name
 #: the draft count every such graph is captured with (a server's ``speculative_num_draft_tokens``).
 GRAPH_VERIFY_STEP = StepLabel(TARGET_VERIFY, graph=True)
 GRAPH_DRAFT_TOKENS = 3
+#: The draft model's multi-step draft decode and its draft extend replaying their graphs (the
+#: ``draft`` and ``draftext`` ops make one for half their picks; a draft extend graph's rows
+#: each write :data:`GRAPH_DRAFT_TOKENS`, the runner's captured width).
+GRAPH_DRAFT_DECODE_STEP = StepLabel(DECODE, draft=True, graph=True)
+GRAPH_DRAFT_EXTEND_STEP = StepLabel(DRAFT_EXTEND_V2, graph=True)
 #: A history's scheduler events, drawn uniformly: their order and number decide the draws.
 OPS = ("admit", "prefill", "decode", GRAPH_DECODE, "mixed", "idle", "verify", "draft",
        "draftext", "finish", "retract", "readmit", "receive", "relocate", "twin", "sweep")  # fmt: skip
@@ -310,6 +317,8 @@ def _forward(
         keep(engine.target_verify(GRAPH_DRAFT_TOKENS, pick, pad, graph=True))
     elif op == "verify":
         keep(engine.target_verify(2 + pick % 3, pick))
+    elif op == "draft" and pick >= 4 and graphs:  # the draft decode graph runner's replay
+        keep(engine.draft_decode(DRAFT_STEPS, pad, graph=True))
     elif op == "draft":
         keep(engine.draft_decode(DRAFT_STEPS))
     elif op == "sweep":
@@ -317,6 +326,8 @@ def _forward(
         if sweep is not None and on_sweep is not None:
             on_sweep(engine, sweep)
         keep(sweep)
+    elif op == "draftext" and pick >= 4 and graphs:  # the draft extend graph runner's replay
+        keep(engine.draft_extend(GRAPH_DRAFT_TOKENS, pad, graph=True))
     elif op == "draftext":
         keep(engine.draft_extend(1 + pick % 3))
     elif scheduling.fallback == "verify":  # EAGLE's target model decodes by its verifies
@@ -340,13 +351,13 @@ def step_label(step) -> StepLabel:
     if step.engine:
         return StepLabel(step.mode, prefill_engine=True)
     if step.kind == "draft_decode":
-        return DRAFT_DECODE
+        return GRAPH_DRAFT_DECODE_STEP if step.graph else DRAFT_DECODE
     return StepLabel(step.mode, graph=step.graph and step.mode != IDLE)
 
 
 #: The step labels every run of the runtime leg must compare at least once: every forward
-#: mode, a decode and a target verify replaying a graph, the draft model's decode and a prefill
-#: engine's extend.
+#: mode, a decode and a target verify replaying a graph, the draft model's decode and its draft
+#: extend each eagerly and replaying a graph, and a prefill engine's extend.
 REQUIRED_STEPS = (
     StepLabel(EXTEND),
     StepLabel(DECODE),
@@ -356,7 +367,9 @@ REQUIRED_STEPS = (
     StepLabel(TARGET_VERIFY),
     GRAPH_VERIFY_STEP,
     DRAFT_DECODE,
+    GRAPH_DRAFT_DECODE_STEP,
     StepLabel(DRAFT_EXTEND_V2),
+    GRAPH_DRAFT_EXTEND_STEP,
     StepLabel(EXTEND, prefill_engine=True),
 )
 #: Their text, as the leg prints them.

@@ -21,7 +21,7 @@ import reference
 from conformance import driver
 from conformance.driver import ReferenceSide
 from conformance.engine_support import BITS, KIND, SLOT, TAGS, ImplRun, OracleRun
-from conformance.sglang import graphs, histories, loading, wiring
+from conformance.sglang import graphs, histories, loading, prefill_graphs, wiring
 from conformance.sglang.standins import (
     EngineTokenOracle,
     ManagerBatchStandIn,
@@ -31,7 +31,7 @@ from conformance.sglang.standins import (
     swept_cache,
 )
 from engine_model import PREFILL_ENGINE, Engine, EngineConfig, Forward, Move, Sweep
-from engine_model.vocabulary import DRAFT_EXTEND_V2, FULL, HEAD, SWEEP, TAIL
+from engine_model.vocabulary import DRAFT_EXTEND_V2, EXTEND, FULL, HEAD, MIXED, SWEEP, TAIL
 
 __all__ = [
     "ManagerRun",
@@ -107,6 +107,10 @@ class ManagerRun(ImplRun):
     #: whether a forward that replays a CUDA graph in SGLang replays one here (False: it runs
     #: eagerly, SGLang's Python afresh on the live batch; for the self-tests)
     replays_graphs = True
+    #: whether ``EXTEND`` and ``MIXED`` forwards run as a server with breakable prefill graphs
+    #: runs them: the canary on the prefill graph runner's replay batch
+    #: (:mod:`conformance.sglang.prefill_graphs`)
+    prefill_graphs = False
 
     def __init__(self, engine: Engine, reference_run: OracleRun, *, capture: bool = True):
         mods = loading.manager_modules()
@@ -209,10 +213,10 @@ class ManagerRun(ImplRun):
             max(1, len(forward.write["positions"])), self.engine.config.offset == 1,
         )  # fmt: skip
 
-    def manager(self, forward: Forward):
+    def manager(self, forward: Forward, key: tuple | None = None):
         """The ``SingleForwardManager`` of ``forward``'s capacities (one per size, as SGLang
-        keeps one per captured batch size), made on first use."""
-        key = self.key(forward)
+        keeps one per captured batch size; ``key``: other capacities), made on first use."""
+        key = self.key(forward) if key is None else key
         if key not in self.managers:
             self.managers[key] = self._new_manager(*key)
             self.managers[key].phase_checker.enable_assert()
@@ -253,7 +257,12 @@ class ManagerRun(ImplRun):
         self.oracle.refresh()
         if forward.graph and self.replays_graphs:
             return self.replay(forward, outside, inside)
-        manager = self.manager(forward)
+        key = self.key(forward)
+        if self.prefill_graphs and forward.mode in (EXTEND, MIXED):
+            inside = prefill_graphs.replay_batch(inside) or inside
+            # SGLang sizes the manager for the runner's largest batch: the padded one fits
+            key = (*key[:2], int(inside.positions.shape[0]), key[3])
+        manager = self.manager(forward, key)
         with loading.cpu_only():
             manager.pre_ops_outside_graph(maybe_inaccurate_forward_batch=outside)
             made = manager.pre_ops_maybe_inside_graph(inside)
@@ -269,13 +278,19 @@ class ManagerRun(ImplRun):
         for group in forward.groups:
             self.store_kv(group)
         if forward.tail_write:
-            positions.copy_(int64_tensor(forward.tail_write["positions"]))
+            moved = int64_tensor(forward.tail_write["positions"])
+            positions[: moved.shape[0]].copy_(moved)
 
     def replay(self, forward: Forward, outside, inside) -> Forward:
         """A forward that replays a CUDA graph: the graph of its manager and mode (the runner's
-        capture mode: ``TARGET_VERIFY`` for a target verify, else ``DECODE``) captured on first
-        use (:func:`conformance.sglang.graphs.capture`), then replayed over the live batch; the
-        forward as the captured graph plans it (:func:`graphs.replayed_forward`)."""
+        capture mode, :func:`graphs.capture_mode`: the decode graph runner's ``TARGET_VERIFY``
+        for a target verify, else its ``DECODE``; the draft model's draft decode and draft
+        extend runners' for its forwards) captured on first use
+        (:func:`conformance.sglang.graphs.capture`), then replayed over the live batch; the
+        forward as the captured graph plans it (:func:`graphs.replayed_forward`). One manager
+        of the draft model's capacities replays every step of its multi-step draft decode,
+        where SGLang keeps one a step (``single_forward_indices``): each step's capture records
+        the same operations, over a capture batch of the same fields."""
         key, mode = self.key(forward), graphs.capture_mode(forward)
         if (key, mode) not in self.graphs:
             self.graphs[key, mode] = graphs.capture(

@@ -43,12 +43,14 @@ from pathlib import Path
 
 import reference
 from conformance import upstream
-from conformance.sglang import histories, kv_paths, loading, wiring
+from conformance.sglang import histories, kv_paths, loading, prefill_graphs, wiring
 from conformance.sglang.fired import CHECKS, fired_counts
 from conformance.sglang.histories import (
     DRAFT_OPS,
     GRAPH_DECODE,
     GRAPH_DECODE_STEP,
+    GRAPH_DRAFT_DECODE_STEP,
+    GRAPH_DRAFT_EXTEND_STEP,
     GRAPH_VERIFY_STEP,
     MOVE_OPS,
     PLAIN_OPS,
@@ -85,8 +87,8 @@ SHORT = {
 }
 #: The forward modes of the ``fired`` cells: their step labels' text, and their headers.
 _LABELS = (StepLabel(DECODE), GRAPH_DECODE_STEP, StepLabel(MIXED), StepLabel(EXTEND),
-           StepLabel(TARGET_VERIFY), GRAPH_VERIFY_STEP, DRAFT_DECODE, StepLabel(DRAFT_EXTEND_V2),
-           SWEEP_STEP)  # fmt: skip
+           StepLabel(TARGET_VERIFY), GRAPH_VERIFY_STEP, DRAFT_DECODE, GRAPH_DRAFT_DECODE_STEP,
+           StepLabel(DRAFT_EXTEND_V2), GRAPH_DRAFT_EXTEND_STEP, SWEEP_STEP)  # fmt: skip
 MODES = {str(label): label.short for label in _LABELS}
 #: The matrix's columns: the cells of a row, then its fired checks per mode.
 COLUMNS = ("option", "install", "history", *MODES.values())
@@ -100,8 +102,8 @@ PD_PREFILL_OPS = ("admit", "prefill", "finish", "twin", "sweep")
 #: The step labels of the forwards (and sweeps) each kind of server makes: the ``fired`` cells
 #: show these only (a fault trial's settle may make a step that the row's server never does,
 #: such as a plain decode of a model under EAGLE, whose reports are left out).
-(DECODE_L, GRAPH_DECODE_L, MIXED_L, EXTEND_L, VERIFY_L, GRAPH_VERIFY_L, DRAFT_L, DRAFT_EXTEND_L,
- SWEEP_L) = MODES  # fmt: skip
+(DECODE_L, GRAPH_DECODE_L, MIXED_L, EXTEND_L, VERIFY_L, GRAPH_VERIFY_L, DRAFT_L, GRAPH_DRAFT_L,
+ DRAFT_EXTEND_L, GRAPH_DRAFT_EXTEND_L, SWEEP_L) = MODES  # fmt: skip
 PLAIN_SHOWS = (EXTEND_L, DECODE_L, GRAPH_DECODE_L, MIXED_L, SWEEP_L)
 
 
@@ -116,22 +118,31 @@ class Model:
     scheduling: Scheduling
     settle_modes: tuple[str, ...]
     shows: tuple[str, ...] = PLAIN_SHOWS
+    #: its prefills (``EXTEND``, ``MIXED``) replay breakable prefill graphs (prefill_graphs)
+    prefill_graphs: bool = False
+    #: why no fault trial runs (a model without settle modes)
+    no_trials: str = ""
 
 
 DRAFT_DECODE_SETTLE, DRAFT_EXTEND_SETTLE = DRAFT_SETTLE_MODES
-(TARGET_VERIFY_GRAPH,) = MANAGER_SETTLE_MODES
+TARGET_VERIFY_GRAPH, DRAFT_DECODE_GRAPH, DRAFT_EXTEND_GRAPH = MANAGER_SETTLE_MODES
 PLAIN = Model("model", 0, Scheduling(PLAIN_OPS), (GRAPH_DECODE, MIXED))
 EAGER = Model("model", 0, Scheduling(PLAIN_OPS, graphs=False), (DECODE, MIXED),
               (EXTEND_L, DECODE_L, MIXED_L, SWEEP_L))  # fmt: skip
 TARGET = Model("target", 0, Scheduling(TARGET_OPS, fallback="verify"),
                (TARGET_VERIFY, TARGET_VERIFY_GRAPH), (EXTEND_L, VERIFY_L, GRAPH_VERIFY_L, SWEEP_L))  # fmt: skip
 DRAFT = Model("draft", 1, Scheduling(DRAFT_OPS, fallback="draft"),
-              (DRAFT_DECODE_SETTLE, DRAFT_EXTEND_SETTLE), (EXTEND_L, DRAFT_L, DRAFT_EXTEND_L))  # fmt: skip
+              (DRAFT_DECODE_SETTLE, DRAFT_DECODE_GRAPH, DRAFT_EXTEND_SETTLE, DRAFT_EXTEND_GRAPH),
+              (EXTEND_L, DRAFT_L, GRAPH_DRAFT_L, DRAFT_EXTEND_L, GRAPH_DRAFT_EXTEND_L))  # fmt: skip
 PADDED = Model("model", 0, Scheduling(PLAIN_OPS, min_pad=1), (GRAPH_DECODE, MIXED))
 PD_DECODE = Model("decode", 0, Scheduling(PD_DECODE_OPS, first_requests=0), (GRAPH_DECODE,),
                   (DECODE_L, GRAPH_DECODE_L, SWEEP_L))  # fmt: skip
 PD_PREFILL = Model("prefill", 0, Scheduling(PD_PREFILL_OPS, fallback="prefill"), (),
-                   (EXTEND_L, SWEEP_L))  # fmt: skip
+                   (EXTEND_L, SWEEP_L), no_trials="no fault settles without a decode")  # fmt: skip
+#: Breakable prefill graphs: every prefill on the prefill graph runner's replay batch. Its
+#: correct history raises at its first prefill (the history cell, [24]): no fault trial runs.
+BREAKABLE = Model("model", 0, Scheduling(PLAIN_OPS), (), prefill_graphs=True,
+                  no_trials="a correct history does not run through (the history cell)")  # fmt: skip
 #: HiCache's offload and reload of cached prefixes, and a PD decode server's retractions with a
 #: KV backup restored into new slots, each moving what SGLang's path moves (kv_paths).
 HICACHE_MODEL = Model("model", 0, Scheduling(PLAIN_OPS + ("relocate",)), (GRAPH_DECODE, MIXED))
@@ -196,8 +207,7 @@ ROWS = (
     Row("decode CUDA graphs off", (Setting(decode_graph="disabled"),), (EAGER,)),
     Row("prefill CUDA graphs piecewise", (Setting(prefill_graph="tc_piecewise"),),
         not_run=WHERE_REFUSED, installed="the leg captures no piecewise prefill graph"),
-    Row("prefill CUDA graphs breakable", (Setting(prefill_graph="breakable"),),
-        not_run="the leg runs every prefill eagerly: it captures no breakable prefill graph"),
+    Row("prefill CUDA graphs breakable", (Setting(prefill_graph="breakable"),), (BREAKABLE,)),
     Row("a device without the canary's CUDA kernels (CPU), decode graphs on", (Setting(device="cpu"),),
         not_run=WHERE_REFUSED,
         installed="the leg replays the canary's kernels in a graph, not its torch reference"),
@@ -257,7 +267,10 @@ def history_outcome(row: Row, model: Model, index: int = 0) -> str:
     scheduling = served(model.scheduling)
     if isinstance(scheduling, str):
         return scheduling
+    if model.prefill_graphs and (why := prefill_graphs.why_not_modelled()):
+        return f"not run: {why}"
     engine, reference_run, side = manager_run.sides(_config(row, model, index))
+    side.prefill_graphs = model.prefill_graphs
     first: list[str] = []
 
     def run(step) -> None:
@@ -267,8 +280,10 @@ def history_outcome(row: Row, model: Model, index: int = 0) -> str:
 
     try:
         histories.history(index, run=run, engine=engine, scheduling=scheduling)
-    except RuntimeError as error:
-        return f"raises at step {engine.steps}: {error}"
+    except (RuntimeError, TypeError) as error:
+        return (
+            f"raises at step {engine.steps}: {type(error).__name__}: {str(error).splitlines()[0]}"
+        )
     except AssertionError as error:
         return f"differs from the reference: {str(error).splitlines()[0][:160]}"
     if side.divergent:
@@ -321,7 +336,8 @@ def row_cells(row: Row, columns: tuple[str, ...]) -> list[str]:
     cells.append(history_cell(row) if "history" in columns else "")
     if "fired" in columns and any(m.settle_modes for m in row.models):
         return [*cells, *fired_cells(row)]
-    note = "not run: no fault settles without a decode" if "fired" in columns else ""
+    why = "; ".join(m.no_trials for m in row.models if m.no_trials)
+    note = f"not run: {why}" if "fired" in columns else ""
     return [*cells, note, *[""] * (len(MODES) - 1)]
 
 

@@ -35,10 +35,10 @@ from conformance.sglang.standins import (
 from engine_model import KV_BYTES, Engine, EngineConfig, faults
 from engine_model.vocabulary import (
     DECODE,
-    DRAFT_SETTLE_MODES,
     FULL,
     SWA,
     TARGET_VERIFY,
+    of_the_draft_model,
     settle_step,
 )
 from reference import RealKvHashMode
@@ -138,7 +138,8 @@ def judge(
     flip = None if trial.side is None else trial.side.flip
     replays = trial.side is not None and settle_step(settle_mode).graph
     counted = [0]
-    with graphs.graph_dues(faults.FAULTS[fault_class], replays, counted):
+    runner = graphs.settle_runner(settle_step(settle_mode))
+    with graphs.graph_dues(faults.FAULTS[fault_class], replays, counted, runner):
         judged = inject_and_settle(
             trial.engine, trial.reference_run, fault_class, pick, byte, trial.run, flip=flip,
             mode=settle_mode, made=made,
@@ -372,9 +373,10 @@ def fault_trial(
     cls = faults.FAULTS[fault_class]
     if cls.target_model_only:
         eagle_offset, settle_mode = 0, cls.settle_mode
-    if settle_mode in DRAFT_SETTLE_MODES:  # the draft model's canary
+    draft = of_the_draft_model(settle_step(settle_mode))
+    if draft:  # the draft model's canary
         eagle_offset = 1
-    eagle = settle_step(settle_mode).mode == TARGET_VERIFY or settle_mode in DRAFT_SETTLE_MODES
+    eagle = settle_step(settle_mode).mode == TARGET_VERIFY or draft
     if eagle_offset is None or settle_step(settle_mode).mode == TARGET_VERIFY:
         eagle_offset = 0  # the target model's canary: with EAGLE where it verifies, else without
     config = engine_config(

@@ -17,7 +17,10 @@ verify entry of a replayed decode has an expected token. The token check is off 
 decode that runs as a graph (the default), the forward mode most verifies happen in. Under
 speculative decoding the same runner captures TARGET_VERIFY instead, through the same call (its
 spec_info from get_spec_info, whose draft_token_num PlanInput reads): a target verify that
-replays a graph checks no token either.
+replays a graph checks no token either. So do EAGLE's draft model's two graph runners
+(speculative/eagle_draft_cuda_graph_runner.py, its multi-step draft decode, and
+eagle_draft_extend_cuda_graph_runner.py, its DRAFT_EXTEND_V2): neither capture call passes
+req_all_ids_lens.
 
 Reads the runner's capture call from the installed source, builds its batch (its fields the
 canary reads, the others None as ForwardBatch's defaults), and runs SGLang's PlanInput on it as
@@ -146,11 +149,14 @@ def main():
         case is None or not any(t != -1 for t in case[2]) for case in (decode, verify)
     )
     cases = [("decode", decode), ("target verify", verify)]
-    draft_passed = draft_extend_keywords(runtime.root)
-    if draft_passed is not None:  # EAGLE's draft extend graph runner (the draft model's)
-        draft = replay_case(kv, runtime, draft_passed, "DRAFT_EXTEND_V2", tokens_per_row=2)
+    # EAGLE's draft model: its multi-step draft decode graph runner, and its draft extend's
+    for what, runner, mode_attr, mode, width in DRAFT_RUNNERS:
+        draft_passed = draft_keywords(runtime.root, runner, mode_attr)
+        if draft_passed is None:
+            continue
+        draft = replay_case(kv, runtime, draft_passed, mode, tokens_per_row=width)
         kept = "passes" if "req_all_ids_lens" in draft_passed else "does not pass"
-        cases.append((f"draft extend (its runner {kept} req_all_ids_lens)", draft))
+        cases.append((f"{what} (its runner {kept} req_all_ids_lens)", draft))
     lines = [
         f"{mode}: a replay plans valid lengths {case[0]} and expected tokens {case[2]} "
         f"(the live batch: {case[1]})"
@@ -246,22 +252,29 @@ def capture_keywords(root):
     sys.exit("this sglang has no decode graph runner that builds a capture ForwardBatch")
 
 
-def draft_extend_keywords(root):
-    """The fields EAGLE's draft extend graph runner passes to its capture ForwardBatch(...)
-    (speculative/eagle_draft_extend_cuda_graph_runner.py; None where a release has no such
-    runner, or none that captures DRAFT_EXTEND_V2)."""
+#: EAGLE's draft model's graph runners: what each captures, its file below srt/speculative/, the
+#: attribute its capture ForwardBatch(...) passes as forward_mode, the mode, and a row's tokens.
+DRAFT_RUNNERS = (
+    ("draft decode", "eagle_draft_cuda_graph_runner.py", "DECODE", "DECODE", 1),
+    ("draft extend", "eagle_draft_extend_cuda_graph_runner.py", "forward_mode", "DRAFT_EXTEND_V2", 2),
+)  # fmt: skip
+
+
+def draft_keywords(root, runner, mode_attr):
+    """The fields one of EAGLE's draft graph runners passes to its capture ForwardBatch(...)
+    (None where a release has no such runner, or none whose call passes that forward_mode)."""
     import ast
 
-    path = os.path.join(root, "srt", "speculative", "eagle_draft_extend_cuda_graph_runner.py")
+    path = os.path.join(root, "srt", "speculative", runner)
     if not os.path.isfile(path):
         return None
     text = open(path).read()
-    if "DRAFT_EXTEND_V2" not in text:
+    if mode_attr == "forward_mode" and "DRAFT_EXTEND_V2" not in text:
         return None
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "ForwardBatch":
             mode = next((k.value for k in node.keywords if k.arg == "forward_mode"), None)
-            if getattr(mode, "attr", None) == "forward_mode":
+            if getattr(mode, "attr", None) == mode_attr:
                 return {k.arg for k in node.keywords if k.arg}
     return None
 

@@ -92,7 +92,19 @@ def test_step_labels_spell_what_the_tables_print():
     assert str(v.StepLabel(v.EXTEND, prefill_engine=True)) == "EXTEND on the prefill engine"
     assert v.SETTLE_MODES == ("DECODE", "DECODE_GRAPH", "MIXED", "TARGET_VERIFY")
     assert v.DRAFT_SETTLE_MODES == ("DRAFT_DECODE", "DRAFT_EXTEND_V2")
-    assert v.MANAGER_SETTLE_MODES == ("TARGET_VERIFY_GRAPH",)
+    assert v.MANAGER_SETTLE_MODES == (
+        "TARGET_VERIFY_GRAPH",
+        "DRAFT_DECODE_GRAPH",
+        "DRAFT_EXTEND_V2_GRAPH",
+    )
+    both = v.StepLabel(v.DECODE, draft=True, graph=True)
+    assert (str(both), both.short, both.name) == (
+        "DECODE of the draft model replaying a graph",
+        "graph draft DECODE",
+        "DRAFT_DECODE_GRAPH",
+    )
+    assert v.of_the_draft_model(both) and v.of_the_draft_model(v.StepLabel(v.DRAFT_EXTEND_V2))
+    assert not v.of_the_draft_model(graph)
     assert all(v.settle_step(s.name) is s for s in (*v.SETTLE_STEPS, *v.MANAGER_SETTLE_STEPS))
 
 
@@ -100,14 +112,14 @@ def test_step_labels_spell_what_the_tables_print():
     "call",
     [
         lambda: v.StepLabel("DECODING"),
-        lambda: v.StepLabel(v.DECODE, graph=True, draft=True),
+        lambda: v.StepLabel(v.EXTEND, graph=True, prefill_engine=True),
         lambda: v.settle_step("DECODE_REPLAY"),
         lambda: v.launch_tag("MIDDLE", v.FULL),
         lambda: v.launch_tag(v.HEAD, v.FULL, "Q"),
     ],
     ids=[
         "unknown mode",
-        "two ways at once",
+        "a prefill engine's graph",
         "unknown settle mode",
         "unknown stage",
         "unknown half",
