@@ -339,8 +339,9 @@ DIVERGENCES: dict[int, Divergence] = {
         ("0.5.18", "0.5.23"),
     ),
     23: Divergence(
-        "KV that SGLang moves without a forward (a retraction's backup, HiCache) moves without "
-        "the canary's records: a correct server reports the moved slots",
+        "KV that SGLang moves without a forward (a retraction's backup, HiCache, an EAGLE "
+        "tree's accepted path) moves without the canary's records: a correct server reports "
+        "the moved slots",
         "core",
         "A PD decode server with the canary and a `cpu_tensor` retraction backup reports the "
         "positions of every resumed request at its next decode (`CHAIN`, `POSITION`, and "
@@ -360,7 +361,14 @@ DIVERGENCES: dict[int, Divergence] = {
         "verify launcher; the support matrix (`conformance/sglang/matrix.py`, "
         "`conformance/sglang/kv_paths.py`) runs both paths on correct histories through "
         "SGLang's per-forward runtime and shows each first report. Releases before 0.5.23 "
-        "have no `_mha_buffers`: their HiCache path is not run.",
+        "have no `_mha_buffers`: their HiCache path is not run. With EAGLE drafting a tree "
+        "(`topk` > 1), `_finalize_accept_tree_path` (read) moves the accepted drafts' KV to "
+        "the front of their request's block through `move_accept_tokens_to_target_kvcache` "
+        "and the pool's `move_kv_cache`, which moves the per-layer K and V buffers alone: the "
+        "script runs `move_kv_cache` with the native move and `_slot_move_pointer_buffers` "
+        "(the buffers the default move copies) from their source, and `kv_paths` runs the "
+        "same (shown on 0.5.20 and 0.5.23; 0.5.13's pool has another shape, not run). The "
+        "engine model has no tree of drafts: no history runs that path.",
         "repro_23_kv_moves_leave_records_behind.py",
         ("0.5.13", "0.5.23"),
     ),

@@ -18,7 +18,9 @@ on a stand-in pool of its fields with SGLang's canary attached:
 - HiCache's device buffers (``_mha_buffers``, the ``KVBuffers`` of the pool's buffer info):
   whether any canary buffer is among the tensors it names. The host pool copies exactly
   those (``pool_host/mha.py``: ``MHATokenToKVPoolHost`` keeps ``info.buffers.k`` and
-  ``.v`` as its device buffers; read, not run: its module imports the serving stack).
+  ``.v`` as its device buffers; read, not run: its module imports the serving stack);
+- an EAGLE tree's accepted path (``topk`` > 1): ``move_kv_cache``, which EAGLE calls to move
+  the accepted drafts' KV to the front of their request's block (:func:`eagle_tree`).
 
 :func:`carries` says, per path, whether the canary's records move with the KV; the support
 matrix's rows of those options move KV as it says (:mod:`conformance.sglang.matrix`).
@@ -36,11 +38,12 @@ import torch
 
 from conformance.sglang import loading
 
-__all__ = ["HICACHE", "RETRACTION_BACKUP", "MovePath", "carries", "paths"]
+__all__ = ["EAGLE_TREE", "HICACHE", "RETRACTION_BACKUP", "MovePath", "carries", "paths"]
 
 #: The paths, by the names the matrix gives them.
 RETRACTION_BACKUP = "retraction backup (cpu_tensor)"
 HICACHE = "HiCache host pool"
+EAGLE_TREE = "EAGLE tree's accepted path (move_kv_cache)"
 #: The stand-in pool's sizes: slots, layers, bytes of KV a slot and layer.
 SLOTS, LAYERS, ROW_BYTES = 12, 2, 16
 
@@ -139,10 +142,55 @@ def hicache(path: Path | None = None) -> MovePath | None:
                  "copies the buffers it names, read")  # fmt: skip
 
 
+def eagle_tree(path: Path | None = None) -> MovePath | None:
+    """An EAGLE tree's accepted drafts moved to the front of their request's block: EAGLE's
+    ``_finalize_accept_tree_path`` (``speculative/eagle_worker_common.py``, for ``topk`` > 1;
+    read, not run) calls ``move_accept_tokens_to_target_kvcache``, which calls the pool's
+    ``move_kv_cache`` (None: a release whose ``MHATokenToKVPool`` has no ``move_kv_cache``).
+    ``move_kv_cache`` and ``_move_kv_cache_impl`` run from source with the native move
+    (``move_kv_cache_native``, also run; ``SGLANG_NATIVE_MOVE_KV_CACHE``); the default move
+    copies, by pointer, the tensors ``_slot_move_pointer_buffers`` names (run here): whether
+    any canary buffer is among them."""
+    path = path or memory_pool_file()
+    text = path.read_text()
+    if "def move_kv_cache" not in text or "def _slot_move_pointer_buffers" not in text:
+        return None
+    pool, group = _pool()
+    pool.use_native_move_kv_cache, pool.size, pool.k_scale_buffer = True, SLOTS, None
+    pool.native_k_scale_buffer = None
+    native = types.SimpleNamespace(get=lambda: True)  # SGLANG_NATIVE_MOVE_KV_CACHE, before 0.5.2x
+    scope: dict = {
+        "maybe_detect_oob": lambda *a, **k: None,
+        "envs": types.SimpleNamespace(SGLANG_NATIVE_MOVE_KV_CACHE=native),
+    }
+    loading.from_source(path, ("move_kv_cache_native",), scope)
+    names = ("move_kv_cache", "_move_kv_cache_impl", "_move_native_fp4_scales",
+             "_slot_move_pointer_buffers")  # fmt: skip
+    methods = loading.methods_from_source(
+        path, "MHATokenToKVPool", tuple(n for n in names if f"def {n}(" in text), scope
+    )
+    for name, method in methods.items():
+        setattr(pool, name, types.MethodType(method, pool))
+    src = torch.tensor([3, 5, 8], dtype=torch.int64)  # the accepted path's nodes
+    dst = torch.tensor([2, 3, 4], dtype=torch.int64)  # the front of the block
+    moved = [b[src].clone() for b in (*pool.k_buffer, *pool.v_buffer, *_canary(group))]
+    pool.move_kv_cache(dst, src)
+    kv = all(
+        torch.equal(b[dst], m)
+        for b, m in zip((*pool.k_buffer, *pool.v_buffer), moved, strict=False)
+    )
+    records = all(torch.equal(b[dst], m) for b, m in zip(_canary(group), moved[-4:], strict=True))
+    named = {id(t) for t in pool._slot_move_pointer_buffers()}
+    records = records or any(id(b) in named for b in _canary(group))
+    return MovePath(EAGLE_TREE, kv, records, "MHATokenToKVPool.move_kv_cache with the native move, "
+                 "run; the default move's buffers (_slot_move_pointer_buffers), run")  # fmt: skip
+
+
 @functools.cache
 def paths() -> tuple[MovePath, ...]:
     """Each path that runs on the installed release."""
-    return tuple(p for p in (retraction_backup(), hicache()) if p is not None)
+    made = (retraction_backup(), hicache(), eagle_tree())
+    return tuple(p for p in made if p is not None)
 
 
 def carries(name: str) -> bool | None:

@@ -191,6 +191,11 @@ class Row:
 
     def why_not_run(self) -> str:
         """Why the leg runs no history of the row (empty: it does)."""
+        if self.not_run == TREE:
+            carried = kv_paths.carries(kv_paths.EAGLE_TREE)
+            moved = {None: "does not run on this release", True: "carries the canary's records",
+                     False: "leaves the canary's records behind ([23])"}[carried]  # fmt: skip
+            return f"the engine model has no tree of drafts; SGLang's move of the accepted path, run alone (kv_paths), {moved}"
         if self.not_run != WHERE_REFUSED:
             return self.not_run
         if all(isinstance(install(s), Refused) for s in self.settings):
@@ -201,6 +206,9 @@ class Row:
 _EAGLE = (Setting(speculative_num_steps=3), Setting(draft_worker=True, speculative_num_steps=3))
 #: A row the leg runs no history of: where the canary does not install.
 WHERE_REFUSED = "where refused"
+#: The EAGLE tree's row: no history (no tree of drafts in the engine model); its cell says what
+#: SGLang's move of a tree's accepted path carries (kv_paths).
+TREE = "tree"
 #: The rows, each one option away from the baseline (the first).
 ROWS = (
     Row("baseline: decode CUDA graphs, no prefill graphs, mixed chunks, MHA, pages of 1 slot"),
@@ -212,7 +220,7 @@ ROWS = (
         not_run=WHERE_REFUSED,
         installed="the leg replays the canary's kernels in a graph, not its torch reference"),
     Row("EAGLE, a chain of drafts (topk 1)", _EAGLE, (TARGET, DRAFT)),
-    Row("EAGLE, a tree of drafts (topk 2)", _EAGLE, not_run="the engine model has no tree of drafts"),
+    Row("EAGLE, a tree of drafts (topk 2)", _EAGLE, not_run=TREE),
     Row("DP attention (graph batches padded across ranks)", models=(PADDED,)),
     Row("hierarchical cache (HiCache)", models=(HICACHE_MODEL,)),
     Row("PD disaggregation, decode side", (Setting(disaggregation_mode="decode"),), (PD_DECODE,)),

@@ -1,6 +1,7 @@
 """SGLang kv_canary: KV that SGLang moves without a forward (a PD decode server's retraction
-backup, restored into new slots; HiCache's offload to the host pool and reload) moves without the
-canary's records, so a correct server's canary reports the moved slots.
+backup, restored into new slots; HiCache's offload to the host pool and reload; an EAGLE tree's
+accepted drafts moved to the front of their block) moves without the canary's records, so a
+correct server's canary reports the moved slots.
 
     pip install torch sglang==X --no-deps
     python repro_23_kv_moves_leave_records_behind.py
@@ -13,13 +14,18 @@ through Req.offload_kv_cache and load_kv_cache) copies MHATokenToKVPool.get_cpu_
 into the slots newly allocated to the resumed request (load_cpu_copy): the per-layer K and V
 buffers alone. HiCache's host pool (mem_cache/pool_host/mha.py, read, not run here) copies the
 device buffers of the pool's buffer info, _mha_buffers: the per-layer K and V buffers alone.
-The canary's records of the new slots stay whatever those slots held, so the next verify of the
-moved positions (a decode's, or the cache sweep's) reports them on a correct server. The
-KV-canary conformance suite's support matrix (conformance/sglang/matrix.py) runs both paths on
-correct histories through SGLang's per-forward runtime and shows the reports.
+With EAGLE drafting a tree (topk > 1), _finalize_accept_tree_path
+(speculative/eagle_worker_common.py, read) moves the accepted path's KV to the front of the
+request's block through move_accept_tokens_to_target_kvcache and the pool's move_kv_cache, which
+moves the per-layer K and V buffers alone (natively, or by the pointers of
+_slot_move_pointer_buffers). The canary's records of the new slots stay whatever those slots
+held, so the next verify of the moved positions (a decode's, or the cache sweep's) reports them
+on a correct server. The KV-canary conformance suite's support matrix
+(conformance/sglang/matrix.py) runs the first two paths on correct histories through SGLang's
+per-forward runtime and shows the reports; its engine model has no tree of drafts.
 
-Runs SGLang's own code: MHATokenToKVPool.get_cpu_copy, load_cpu_copy and _mha_buffers from
-their source (the module imports SGLang's serving stack) on a pool of two layers, SGLang's write
+Runs SGLang's own code: MHATokenToKVPool.get_cpu_copy, load_cpu_copy, _mha_buffers,
+move_kv_cache (with the native move) and _slot_move_pointer_buffers from their source (the module imports SGLang's serving stack) on a pool of two layers, SGLang's write
 launcher to write a request's records, and its verify launcher on the restored slots. Prints
 what SGLang does beside what a canary that can serve would, and exits 1 while the divergence is
 there, 0 once it is gone.
@@ -161,6 +167,7 @@ def main():
     kv_moved = all(torch.equal(b[dst], b[src]) for b in (*pool.k_buffer, *pool.v_buffer))
     records_moved = torch.equal(ctx.canary_buf[dst], before[src])
     hicache = hicache_buffers(path, pool)
+    tree = tree_move(path, pool)
     # the same position verified at its new slot, as the resumed request's next decode does
     launch(kv, "verify", context=ctx, plan=verify_plan(kv, int(dst[0]), 0),
            check_verify_expected_token=False)  # fmt: skip
@@ -170,7 +177,8 @@ def main():
         f"retraction backup restored into new slots: KV {'moved' if kv_moved else 'left'}, "
         f"records {'moved' if records_moved else 'left behind'}; the verify of the restored "
         f"position 0: {rows} violation row(s) (where it was written: "
-        f"{'none' if silent else 'some'}); HiCache's host pool copies {hicache}",
+        f"{'none' if silent else 'some'}); HiCache's host pool copies {hicache}; an EAGLE "
+        f"tree's accepted path, moved by move_kv_cache: {tree}",
         "the records move with the KV (as the PD transfer's splice moves them): 0 rows",
     )
 
@@ -187,6 +195,42 @@ class Pool:
         self.cpu_offloading_chunk_size = 2
         self.kv_cache_layout, self.k_data_ptrs, self.v_data_ptrs = "nhd", None, None
         self.canary_buf = canary_buf
+
+
+def tree_move(path: str, pool) -> str:
+    """MHATokenToKVPool.move_kv_cache, which EAGLE calls (move_accept_tokens_to_target_kvcache,
+    speculative/spec_utils.py) to move a tree's accepted drafts to the front of their block: run
+    with the native move (SGLANG_NATIVE_MOVE_KV_CACHE), and the buffers the default move copies
+    by pointer (_slot_move_pointer_buffers, run); whether the canary buffer moves or is named."""
+    native = types.SimpleNamespace(get=lambda: True)
+    scope = {"maybe_detect_oob": lambda *a, **k: None,
+             "envs": types.SimpleNamespace(SGLANG_NATIVE_MOVE_KV_CACHE=native)}  # fmt: skip
+    tree = ast.parse(open(path).read())
+    body = [n for n in tree.body if getattr(n, "name", "") == "move_kv_cache_native"]
+    if not body:
+        return "not run (this release has no move_kv_cache_native)"
+    flags = __future__.annotations.compiler_flag  # annotations unevaluated
+    exec(compile(ast.Module(body=body, type_ignores=[]), path, "exec", flags=flags), scope)
+    names = ("move_kv_cache", "_move_kv_cache_impl", "_move_native_fp4_scales",
+             "_slot_move_pointer_buffers")  # fmt: skip
+    found = {n: method(path, "MHATokenToKVPool", n, scope) for n in names}
+    if found["move_kv_cache"] is None or found["_slot_move_pointer_buffers"] is None:
+        return "not run (this release's MHATokenToKVPool has another shape)"
+    for name, fn in found.items():
+        if fn is not None:
+            setattr(pool, name, types.MethodType(fn, pool))
+    pool.use_native_move_kv_cache, pool.size = True, 8
+    pool.k_scale_buffer = pool.native_k_scale_buffer = None
+    src, dst = torch.tensor([4, 6]), torch.tensor([2, 3])
+    before, kv_before = pool.canary_buf.clone(), pool.k_buffer[0][src].clone()
+    pool.move_kv_cache(dst, src)
+    moved = torch.equal(pool.k_buffer[0][dst], kv_before)
+    records = torch.equal(pool.canary_buf[dst], before[src])
+    named = any(b is pool.canary_buf for b in pool._slot_move_pointer_buffers())
+    return (
+        f"KV {'moved' if moved else 'left'}, records {'moved' if records else 'left behind'}, "
+        f"the canary buffer {'among' if named else 'not among'} the default move's buffers"
+    )
 
 
 def hicache_buffers(path: str, pool) -> str:

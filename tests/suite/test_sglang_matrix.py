@@ -129,7 +129,7 @@ def loading_version() -> str:
     return upstream.installed_version()
 
 
-def test_sglang_s_retraction_backup_and_hicache_leave_the_records_behind():
+def test_sglang_s_kv_moves_leave_the_records_behind():
     """[23]: run on the installed release, each path moves (or names) the KV and not the
     canary's records."""
     from conformance.sglang import kv_paths
@@ -139,6 +139,33 @@ def test_sglang_s_retraction_backup_and_hicache_leave_the_records_behind():
     assert backup.kv_moved and not backup.records_moved
     if kv_paths.HICACHE in moved:  # 0.5.23 on
         assert moved[kv_paths.HICACHE].kv_moved and not moved[kv_paths.HICACHE].records_moved
+    if kv_paths.EAGLE_TREE in moved:  # a pool with _slot_move_pointer_buffers
+        tree = moved[kv_paths.EAGLE_TREE]
+        assert tree.kv_moved and not tree.records_moved
+
+
+def test_a_tree_move_that_carried_the_records_is_seen(tmp_path, monkeypatch):
+    """Able to fail: a pool whose default move named the canary's buffers with its own would
+    show the records carried."""
+    from conformance.sglang import kv_paths
+
+    text = kv_paths.memory_pool_file().read_text()
+    at = text.index("    def _slot_move_pointer_buffers(", text.index("class MHATokenToKVPool("))
+    old = "buffers = [*self.k_buffer, *self.v_buffer]"
+    assert old in text[at : at + 800]
+    named = "buffers = [*self.k_buffer, *self.v_buffer, *self.canary_buffers]"
+    path = tmp_path / "memory_pool.py"
+    path.write_text(text[:at] + text[at:].replace(old, named, 1))
+    real = kv_paths._pool
+
+    def pool():
+        made, group = real()
+        made.canary_buffers = [group.k_head, group.k_tail, group.v_head, group.v_tail]
+        return made, group
+
+    monkeypatch.setattr(kv_paths, "_pool", pool)
+    tree = kv_paths.eagle_tree(path)
+    assert tree is not None and tree.records_moved
 
 
 def test_a_copy_that_moves_nothing_is_seen(tmp_path):
