@@ -25,21 +25,19 @@ torch_spec="${CANARY_TORCH:-torch==2.13.0}"
 # SGLang, whose own kv_canary the sglang leg runs, without its serving stack's dependencies
 sglang_spec="${CANARY_SGLANG:-sglang==0.5.23}"
 want="$(cat "$root/pyproject.toml"; echo "$torch_spec"; echo "$sglang_spec")"
-# --no-compile: pip would byte-compile every file of torch and SGLang (about half of the
-# install's time); Python compiles the modules a run imports, once, as it imports them
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     step "installing into $venv (once; later runs reuse it): 1/4 pip"
-    "$py" -m pip install --quiet --no-compile --upgrade pip
+    "$py" -m pip install --quiet --upgrade pip
     if ! "$py" -c "import torch" 2>/dev/null; then
         step "2/4 $torch_spec (the largest step)"
-        "$py" -m pip install --quiet --no-compile "$torch_spec"
+        "$py" -m pip install --quiet "$torch_spec"
     else
         step "2/4 torch: already installed"
     fi
     step "3/4 the project and its tools (Triton, numpy, Hypothesis, pytest, ...)"
-    "$py" -m pip install --quiet --no-compile -e "$root[test]"
+    "$py" -m pip install --quiet -e "$root[test]"
     step "4/4 $sglang_spec (without its dependencies, for the SGLang leg)"
-    "$py" -m pip install --quiet --no-compile --no-deps "$sglang_spec"
+    "$py" -m pip install --quiet --no-deps "$sglang_spec"
     printf '%s' "$want" > "$stamp"
     step "installed"
 fi
