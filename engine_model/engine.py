@@ -7,9 +7,10 @@ cache, and turns each step of a history into exactly the launches the engine mak
   beside it, whose rows keep the stale tail of a longer previous owner when they are reused;
 - a slot allocator handing out pages of ``page_size`` slots (page 0, and so slot 0, is the
   padding page and never handed out), with a reference count per page;
-- a prefix cache that keeps the page-aligned prefix of every finished, retracted or inserted
+- a prefix cache that keeps the page-aligned prefix of every prefill chunk (inserted after the
+  extend forward, as SGLang's scheduler inserts after every chunk), finished or inserted
   request as a path of pages (a radix tree's, one entry a leaf's path) and lets a new request
-  share it;
+  share it; a retraction caches nothing new;
 - an optional sliding window (``swa_window > 0``): every full slot has an SWA slot through the
   full-to-SWA table, in an SWA pool smaller than the full pool (``swa_slots``), and a position
   that leaves its request's window is evicted (its table entry set to 0, its SWA slot freed
@@ -20,7 +21,7 @@ cache, and turns each step of a history into exactly the launches the engine mak
 
 Its steps are those of a serving loop: :meth:`Engine.admit` (a new request, sharing a cached
 prefix or not), :meth:`Engine.prefill` (an extend batch: every request with unwritten prompt
-tokens writes its next chunk), :meth:`Engine.decode` (a decode batch, with padding rows whose
+tokens writes its next chunk, then inserts it into the prefix cache), :meth:`Engine.decode` (a decode batch, with padding rows whose
 lengths are stale, or replaying a CUDA graph, and a verify capacity that may overflow),
 :meth:`Engine.mixed` (a mixed batch: prompt chunks and decode rows), :meth:`Engine.idle` (an
 all-padding graph step), :meth:`Engine.target_verify` (EAGLE's target verify, then accept and
@@ -140,13 +141,31 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
         rid: int = req.rid
         return rid
 
-    def prefill(self, chunk: int) -> Forward | None:
+    def prefill(self, chunk: int, insert: bool = True) -> Forward | None:
         """An extend batch (``EXTEND``): each request with unwritten prompt tokens writes up to
-        ``chunk``."""
+        ``chunk``; then each inserts what it wrote into the prefix cache (:meth:`_inserted`;
+        ``insert`` False: the caller makes that insert, a fault's)."""
         rows = self.prompt_rows(chunk)
         if any(n < self.pending(r) for r, n in rows):
             self.events["a prompt prefilled in more than one chunk"] += 1
-        return self._forward("prefill", rows, pad=0, forward_mode=EXTEND)
+        forward = self._forward("prefill", rows, pad=0, forward_mode=EXTEND)
+        if forward is not None and insert:
+            self._inserted(rows)
+        return forward
+
+    def _inserted(self, rows) -> None:
+        """The prefix cache after an extend forward, as SGLang's scheduler leaves it
+        (``cache_unfinished_req`` after every prefill chunk, ``managers/
+        batch_result_processor.py``; read, not run): each prompt row that ran has its
+        page-aligned written prefix inserted, its row rebound to the cache's pages where the
+        cache held those tokens in others (:meth:`insert`)."""
+        for req, _ in rows:
+            if self.last_run.get(req.rid) != self.steps or req.rid not in self.running:
+                continue
+            if req.written >= self.config.page_size:
+                self.rebind(req)
+                self.cache_prefix(req)
+                self.events["a prefill inserted into the prefix cache"] += 1
 
     def prompt_rows(self, chunk: int) -> list:
         """``(request, tokens)`` of each running request with unwritten prompt tokens, up to
@@ -263,10 +282,14 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
     def mixed(self, chunk: int) -> Forward | None:
         """A mixed batch (``MIXED``, SGLang's mixed chunked prefill): the prompt rows of
         :meth:`prefill` and the decode rows of :meth:`decode` in one extend batch."""
-        rows = self.prompt_rows(chunk) + self.decode_rows()
+        prompts = self.prompt_rows(chunk)
+        rows = prompts + self.decode_rows()
         if not any(r.decoding for r, _ in rows):
             return None
-        return self._forward("mixed", rows, pad=0, forward_mode=MIXED)
+        forward = self._forward("mixed", rows, pad=0, forward_mode=MIXED)
+        if forward is not None:
+            self._inserted(prompts)
+        return forward
 
     def idle(self, pad: int) -> Forward | None:
         """An idle step (``IDLE``, as DP attention runs one on a rank with no request): a
@@ -327,18 +350,14 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
         return rid
 
     def retract(self, pick: int) -> int | None:
-        """A running request that has written KV is preempted: its page-aligned prefix stays in
-        the prefix cache, the rest of its KV is freed, and it waits with its tokens. A named
-        departure from SGLang, whose ``release_kv_cache(checkpoint=False)``
-        (``mem_cache/common.py``) caches nothing new and frees the request's KV past its
-        protected prefix (what it matched, and what its prefills inserted): the model, which
-        inserts a prefill's positions only when its ``insert`` or ``twin`` event is drawn,
-        caches the written prefix here instead, decoded positions included."""
+        """A running request that has written KV is preempted and waits with its tokens: as
+        SGLang's ``release_kv_cache(checkpoint=False)`` (``mem_cache/common.py``, read) it
+        caches nothing new; what its prefills inserted stays in the prefix cache, the rest of
+        its KV (its decoded positions) is freed."""
         req = pick_from(self.retractable(), pick)
         if req is None:
             return None
         del self.running[req.rid]
-        self.cache_prefix(req)  # the protected prefix stays in the cache
         self._release_request(req)
         self.waiting.append(req)
         self.last_written = [e for e in self.last_written if e[0] != req.rid]

@@ -65,9 +65,11 @@ class PrefixCache(Allocators):
         return [r for r in sorted(self.running.values(), key=lambda r: r.rid) if r.written >= p]
 
     def insert(self, pick: int, rid: int | None = None) -> int | None:
-        """A running request's page-aligned written prefix goes into the prefix cache after an
-        extend forward (modelled on ``cache_unfinished_req`` of ``mem_cache/radix_cache.py``,
-        which is not run): where the cache holds a
+        """A running request's page-aligned written prefix goes into the prefix cache (modelled
+        on ``cache_unfinished_req`` of ``mem_cache/radix_cache.py``, which is not run; every
+        extend forward makes this insert for its prompt rows, :meth:`Engine.prefill`; an event
+        that picks a request here may take its decoded positions too, which SGLang inserts only
+        when the request finishes, a named choice of the legs' histories): where the cache holds a
         prefix of the same tokens in other pages, the request's row is rebound to the cache's
         pages and its own duplicate pages freed (``rid``: that request, not one ``pick``
         chooses). The positions inserted, or None."""

@@ -270,7 +270,7 @@ class _Rebind(_TableFault):
         rid = engine.admit_twin(0, 1, pages=n, entry=entry)
         if rid is None:
             return None
-        step = engine.prefill(n * p + 1)
+        step = engine.prefill(n * p + 1, insert=False)  # its insert is the fault's, below
         if step is None:  # no room: the twin waits, nothing ran
             return None
         req = engine.running[rid]

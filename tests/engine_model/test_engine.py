@@ -173,7 +173,7 @@ def test_an_insert_rebinds_a_row_that_computed_a_cached_prefix_again():
     warm_up(engine, oracle.forward_or_sweep)
     entry = engine.cache[0]
     rid = engine.admit_twin(0, 1, entry=entry)
-    oracle.forward_or_sweep(engine.prefill(16))
+    oracle.forward_or_sweep(engine.prefill(16, insert=False))
     req = engine.running[rid]
     own = list(req.pages[: len(entry.pages)])
     assert not set(own) & set(entry.pages)
@@ -184,6 +184,34 @@ def test_an_insert_rebinds_a_row_that_computed_a_cached_prefix_again():
         assert engine.req_to_token[req.row, pos] == entry.pages[pos // p] * p + pos % p
     assert set(own) <= set(engine.free_pages), "the duplicates are freed"
     assert engine.events["an insert rebound a row to the cache's pages"] == 1
+    check_invariants(engine)
+    settle(engine, oracle.forward_or_sweep)
+    check_invariants(engine)
+    assert oracle.silence_problem() == ""
+
+
+def test_a_prefill_inserts_what_it_wrote_as_sglang_s_scheduler_does():
+    """After an extend forward each prompt row's written prefix is in the prefix cache (SGLang's
+    ``cache_unfinished_req`` after every chunk), a row that computed a cached prefix again
+    rebound to the cache's pages; a retraction then caches nothing new."""
+    config = EngineConfig(
+        page_size=2, num_pages=32, pool_rows=6, context_len=16, mode=RealKvHashMode.ALL, seed=9
+    )
+    engine = Engine(config)
+    oracle = OracleRun(engine)
+    warm_up(engine, oracle.forward_or_sweep)
+    entry = engine.cache[0]
+    rid = engine.admit_twin(0, 1, entry=entry)
+    before = engine.events["a prefill inserted into the prefix cache"]
+    oracle.forward_or_sweep(engine.prefill(3))  # a first chunk
+    req = engine.running[rid]
+    assert engine.events["a prefill inserted into the prefix cache"] > before
+    assert req.pages[:1] == list(entry.pages[:1]), "the chunk's page rebound to the cache's"
+    oracle.forward_or_sweep(engine.prefill(16))  # the rest
+    assert req.pages[: len(entry.pages)] == list(entry.pages)
+    cached = [(e.tokens, e.pages, e.length) for e in engine.cache]
+    assert engine.retract(0) is not None
+    assert [(e.tokens, e.pages, e.length) for e in engine.cache] == cached
     check_invariants(engine)
     settle(engine, oracle.forward_or_sweep)
     check_invariants(engine)

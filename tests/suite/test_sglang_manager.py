@@ -95,9 +95,14 @@ def test_sglangs_violation_reporter_must_log_every_row_of_its_ring():
 
 
 def test_a_flipped_cached_byte_is_reported_by_a_sharing_extend_through_sglang():
-    side = trials.shared_prefix_trial(0)
+    """Among the shared-prefix trials a one-trial run of the leg makes, some share the flipped
+    slot and report it (others share a prefix that does not hold it, or have no unused cached
+    slot to flip)."""
+    from conformance.sglang_manager import SHARED_PREFIX_TRIALS
+
     real_kv = int(reference.FailReason.VERIFY_REAL_KV_HASH_MISMATCH)
-    assert any(m == "EXTEND" and bits & real_kv for m, _, bits in side.fired), side.fired
+    fired = [trials.shared_prefix_trial(i).fired for i in range(SHARED_PREFIX_TRIALS)]
+    assert any(m == "EXTEND" and b & real_kv for f in fired for m, _, b in f), fired
 
 
 def test_divergence_20_is_expected_on_every_listed_release():
