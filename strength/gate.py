@@ -214,15 +214,11 @@ def pytest_command(
     record: str | os.PathLike | None = None,
     selection: Sequence[str] | None = None,
     stop_at: Sequence[str] = (),
-    workers: int = 0,
 ) -> list[str]:
     """The suite run on ``module`` (``selection``, by default every module; no ``-x``), failures
-    recorded in ``record``; ``stop_at``: the listed tests whose first failed property ends it;
-    ``workers``: pytest-xdist workers, each module on one (0: none)."""
+    recorded in ``record``; ``stop_at``: the listed tests whose first failed property ends it."""
     paths = suite_paths() if selection is None else list(selection)
     command = [sys.executable, "-m", "pytest", *paths]
-    if workers:
-        command += ["-n", str(workers), "--dist", "loadfile"]
     command += ["-q", "-p", "no:cacheprovider", "--hypothesis-profile", PROFILE]
     command += ["-p", "strength.gate_record"]
     if record is not None:
@@ -339,15 +335,6 @@ def via_fork_server(command: Sequence[str], socket: str, timeout_s: float) -> li
     return [*client, "--limit", f"{timeout_s:g}", "--", *command[3:]]
 
 
-def whole_suite_workers(target: Target, jobs: int, whole_suite: bool) -> int:
-    """pytest-xdist workers for ``target``'s run: ``jobs`` for a correct implementation that
-    runs the whole suite without ``--whole-suite`` (canary: the gate's longest run, which would
-    otherwise end alone on one core while the mutants' runs are done), else none."""
-    if whole_suite or jobs < 2 or target.expected != PASSES or target.runs_in:
-        return 0
-    return jobs
-
-
 def run_target(
     target: Target,
     *,
@@ -357,11 +344,9 @@ def run_target(
     whole_suite: bool = False,
     socket: str | None = None,
     stop_at_kill: bool = False,
-    workers: int = 0,
 ) -> Result:
     """Run the suite on ``target.module`` in a subprocess (a fork of the server at ``socket``,
-    if given) and classify the run; ``stop_at_kill``: a mutant's run ends at its kill;
-    ``workers``: pytest-xdist workers of the run (:func:`pytest_command`)."""
+    if given) and classify the run; ``stop_at_kill``: a mutant's run ends at its kill."""
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kv-canary-gate-") as folder:
         record_path = Path(folder) / "record.json"
@@ -373,7 +358,6 @@ def run_target(
                 target, whole_suite=whole_suite, properties_only=properties_only
             ),
             stop_at=target.dies_in if stop_at_kill and target.expected != PASSES else (),
-            workers=workers,
         )
         if socket is not None:
             command = via_fork_server(command, socket, timeout_s)
@@ -512,9 +496,9 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="MODULE",
-        help="a module not to run here, named exactly, because another step runs the whole "
-        "suite on it (scripts/tests.sh: canary_torch, which the installed-package check runs "
-        "whole from an empty folder); repeatable",
+        help="a module not to run here, named exactly, because another step or job runs it "
+        "(scripts/tests.sh: canary_torch, which the installed-package check runs whole from "
+        "an empty folder; one mutant the nightly gate kills, see there); repeatable",
     )
     parser.add_argument("--device", metavar="DEV", help="passed to the suite as --canary-device")
     parser.add_argument(
@@ -592,7 +576,6 @@ def main(
                 whole_suite=args.whole_suite,
                 socket=socket,
                 stop_at_kill=args.stop_at_kill,
-                workers=whole_suite_workers(target, args.jobs, args.whole_suite),
             )
 
     def progress(result: Result) -> None:

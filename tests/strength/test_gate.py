@@ -784,19 +784,3 @@ def test_each_correct_variant_runs_where_its_difference_shows():
         assert target.runs_in == known_bad.CORRECT_RUNS_IN.get(target.module, ())
         for pattern in target.runs_in:
             assert any(gate.listed(test, (pattern,)) for test in tests), pattern
-
-
-def test_only_a_correct_whole_suite_run_takes_the_jobs_as_workers():
-    """canary's run (the whole suite, the gate's longest) is spread over ``--jobs`` xdist
-    workers; a mutant's, a correct variant's listed tests, a ``--whole-suite`` sweep and a
-    one-job gate run in one process."""
-    mutants, correct = gate.load_targets()
-    canary = next(t for t in correct if t.module == "canary")
-    variant = next(t for t in correct if t.runs_in)
-    assert gate.whole_suite_workers(canary, 2, False) == 2
-    assert gate.whole_suite_workers(canary, 1, False) == 0
-    assert gate.whole_suite_workers(canary, 2, True) == 0
-    assert gate.whole_suite_workers(variant, 2, False) == 0
-    assert gate.whole_suite_workers(mutants[0], 2, False) == 0
-    assert gate.pytest_command("canary", workers=2).count("-n") == 1
-    assert "-n" not in gate.pytest_command("canary")
