@@ -124,13 +124,10 @@ def require(done: subprocess.CompletedProcess, what: str) -> None:
 def clean_env(**extra: str) -> dict[str, str]:
     """This process's environment without anything that points into the repository or its
     virtual environment, so that the installed copy is all a run can import."""
-    # PYTHONDONTWRITEBYTECODE goes too: the fresh environment is installed without byte-code
-    # (make_venv), so each of its runs would otherwise compile torch's modules again
     env = {
         key: value
         for key, value in os.environ.items()
         if key not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONSTARTUP")
-        and key != "PYTHONDONTWRITEBYTECODE"
         and not key.startswith(("CANARY_", "HYPOTHESIS_"))
     }
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
@@ -193,8 +190,7 @@ def make_venv(workdir: Path, wheel: Path, torch_spec: str, sglang_spec: str) -> 
     require(run([sys.executable, "-m", "venv", venv]), "python -m venv")
     python = venv / "bin" / "python"
     # --no-compile: a handful of processes import from this environment, and compiling only
-    # what they import (once: clean_env lets them write the byte-code) costs less than
-    # compiling every file of torch and Triton up front
+    # what they import costs less than compiling every file of torch and Triton up front
     pip = [python, "-m", "pip", "install", "--quiet", "--no-compile"]
     # torch pinned in the same resolution as the wheel's own `torch>=` requirement, so that the
     # local CPU build is taken and no CUDA build is pulled
