@@ -45,11 +45,13 @@ mark "lint: ruff, mypy, actionlint, zizmor"
 mark "the compile check"
 "$py" -W ignore::UserWarning -m tools.compile_check --target cuda:90 --target hip:gfx942
 mark "the known-bad gate"
-# scale_chain_restarts_per_4096_chunk is left to the nightly gate: its kill needs a prefill of
-# 8192 tokens under the interpreter (42 to 66 s of a gate job in today's clean-clone runs, the
-# dearest of the 70), and .ci/run is at its 12-minute budget
+# Left to the nightly gate, as .ci/run is at its 12-minute budget (docs/PERFORMANCE.md):
+# scale_chain_restarts_per_4096_chunk, whose kill needs a prefill of 8192 tokens under the
+# interpreter (42 to 66 s of a gate job in today's clean-clone runs, the dearest of the 70),
+# and the correct variant correct_ring_claims_reversed (42 to 46 s of its listed tests)
 "$py" -m strength.gate --jobs 2 --stop-at-kill --leave-out canary_torch \
-    --leave-out strength.known_bad.scale_chain_restarts_per_4096_chunk --json "$work/gate.json"
+    --leave-out strength.known_bad.scale_chain_restarts_per_4096_chunk \
+    --leave-out strength.known_bad.correct_ring_claims_reversed --json "$work/gate.json"
 mark "waiting for the SGLang leg"
 status=0
 wait "$sglang" || status=$?

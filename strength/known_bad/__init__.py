@@ -66,9 +66,10 @@ CORRECT = ("canary", "canary_torch", "strength.known_bad.correct_ring_claims_rev
 #: claims, tests that compare the rows of launches that store several violations: run on the
 #: whole suite with every ring comparison made by position instead of as a multiset, only
 #: ``test_write_verify.py``'s tests and ``test_golden.py::test_write_verify_vector`` failed (a
-#: correct engine history stores no rows). ``.ci/run`` runs the stored vectors, the ring test
-#: and the corruption test of those (16 s here; every test of ``test_write_verify.py`` took
-#: about 100 s in the gate beside its other jobs); the nightly gate runs the whole suite.
+#: correct engine history stores no rows). A gate without ``--whole-suite`` runs the stored
+#: vectors, the ring test and the corruption test of those (16 s here alone; every test of
+#: ``test_write_verify.py`` took about 100 s in the gate beside its other jobs); the nightly
+#: gate runs the whole suite (``.ci/run`` leaves the variant to it: ``scripts/tests.sh``).
 CORRECT_RUNS_IN = {
     "strength.known_bad.correct_ring_claims_reversed": (
         "test_golden.py::test_write_verify_vector",
