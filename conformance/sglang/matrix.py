@@ -110,18 +110,24 @@ PLAIN_SHOWS = (EXTEND_L, DECODE_L, GRAPH_DECODE_L, MIXED_L, SWEEP_L)
 @dataclass(frozen=True)
 class Model:
     """One model's canary in a row: its engine's EAGLE offset (1: the draft model's), the
-    events a server schedules for it, the settle modes of its fault trials, and the step
-    labels of the forwards (and sweeps) the server makes for it, those its cells show."""
+    events a server schedules for it, the settle modes of its fault trials, the step labels
+    of the forwards (and sweeps) the server makes for it, those its cells show, and whether
+    its prefills (``EXTEND``, ``MIXED``) replay breakable prefill graphs (prefill_graphs)."""
 
     name: str
     offset: int
     scheduling: Scheduling
     settle_modes: tuple[str, ...]
     shows: tuple[str, ...] = PLAIN_SHOWS
-    #: its prefills (``EXTEND``, ``MIXED``) replay breakable prefill graphs (prefill_graphs)
+
+    @property
+    def no_trials(self) -> str:
+        """Why no fault trial runs (empty: they do)."""
+        if self.prefill_graphs:  # its correct history raises at its first prefill ([24])
+            return "a correct history does not run through (the history cell)"
+        return "" if self.settle_modes else "no fault settles without a decode"
+
     prefill_graphs: bool = False
-    #: why no fault trial runs (a model without settle modes)
-    no_trials: str = ""
 
 
 DRAFT_DECODE_SETTLE, DRAFT_EXTEND_SETTLE = DRAFT_SETTLE_MODES
@@ -138,11 +144,10 @@ PADDED = Model("model", 0, Scheduling(PLAIN_OPS, min_pad=1), (GRAPH_DECODE, MIXE
 PD_DECODE = Model("decode", 0, Scheduling(PD_DECODE_OPS, first_requests=0), (GRAPH_DECODE,),
                   (DECODE_L, GRAPH_DECODE_L, SWEEP_L))  # fmt: skip
 PD_PREFILL = Model("prefill", 0, Scheduling(PD_PREFILL_OPS, fallback="prefill"), (),
-                   (EXTEND_L, SWEEP_L), no_trials="no fault settles without a decode")  # fmt: skip
+                   (EXTEND_L, SWEEP_L))  # fmt: skip
 #: Breakable prefill graphs: every prefill on the prefill graph runner's replay batch. Its
 #: correct history raises at its first prefill (the history cell, [24]): no fault trial runs.
-BREAKABLE = Model("model", 0, Scheduling(PLAIN_OPS), (), prefill_graphs=True,
-                  no_trials="a correct history does not run through (the history cell)")  # fmt: skip
+BREAKABLE = Model("model", 0, Scheduling(PLAIN_OPS), (), prefill_graphs=True)
 #: HiCache's offload and reload of cached prefixes, and a PD decode server's retractions with a
 #: KV backup restored into new slots, each moving what SGLang's path moves (kv_paths).
 HICACHE_MODEL = Model("model", 0, Scheduling(PLAIN_OPS + ("relocate",)), (GRAPH_DECODE, MIXED))
