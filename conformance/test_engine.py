@@ -80,7 +80,12 @@ class EngineMachine(stateful.RuleBasedStateMachine):
 
     def _tick(self) -> None:
         """The scheduler's next forward after an event: an extend batch if a prompt is pending,
-        else a decode batch."""
+        else a decode batch. A retracted request waiting without a backup is readmitted first
+        where a row is free, as the scheduler's default first-come-first-served policy takes its
+        waiting queue before new requests."""
+        first = next((r for r in self.engine.waiting if r.rid not in self.engine.backups), None)
+        if first is not None:
+            self.engine.readmit(self.engine.waiting.index(first))
         self._run(self.engine.prefill(engine_step_sizes()["chunk"]) or self.engine.decode(0))
 
     @rule(new_tokens=st.integers(1, engine_step_sizes()["new_tokens"]), share=st.integers(0, 3))
@@ -172,11 +177,6 @@ class EngineMachine(stateful.RuleBasedStateMachine):
     def receive(self, new_tokens):
         for step in self.engine.receive(new_tokens):
             self._run(step)
-        self._tick()
-
-    @rule()
-    def evict(self):
-        self.engine.evict()
         self._tick()
 
     @rule()

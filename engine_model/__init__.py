@@ -5,7 +5,8 @@ state an engine's canary runtime reads: the page table, the slot pools, the pref
 forward modes and the KV that moves without a forward, step by step, as plain numpy data
 (torch-free and deterministic). :mod:`engine_model.engine` holds the :class:`Engine`, composed
 of one part per concern (:mod:`~engine_model.state`, :mod:`~engine_model.allocators`,
-:mod:`~engine_model.prefix_cache`, :mod:`~engine_model.forwards`, :mod:`~engine_model.moves`),
+:mod:`~engine_model.prefix_cache`, :mod:`~engine_model.eviction`,
+:mod:`~engine_model.forwards`, :mod:`~engine_model.moves`),
 with its configuration in :mod:`engine_model.config`, the hooks its fault classes arm in
 :mod:`engine_model.hooks`, and the steps the suite's driver reads in :mod:`engine_model.steps`;
 :mod:`engine_model.faults` the fault classes, each one object that makes its fault in an engine

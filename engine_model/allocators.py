@@ -5,6 +5,8 @@ pool rows, and their release.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from engine_model.state import EngineState, Request
 
 __all__ = ["Allocators"]
@@ -13,6 +15,10 @@ __all__ = ["Allocators"]
 class Allocators(EngineState):
     """Page, row and SWA-slot allocation and release (a mixin of
     :class:`engine_model.engine.Engine`)."""
+
+    #: evict the prefix cache's least-recently-used leaves for ``tokens`` slots
+    #: (:meth:`engine_model.eviction.Eviction.evict_for`)
+    evict_for: Callable[[int], list[tuple[int, ...]]]
 
     def _swa_room(self, pages: list[int]) -> bool:
         """Whether the SWA pool has a slot for every slot of ``pages`` that has none (a page
@@ -44,12 +50,18 @@ class Allocators(EngineState):
         }
         return len(self.free_swa) + len(cached)
 
-    def _alloc_pages(self, n: int, exclude=()) -> list[int] | None:
+    def _alloc_pages(self, n: int, exclude=(), *, evict: bool = True) -> list[int] | None:
         """``n`` pages, each with its SWA slots, or None (nothing taken) when the pools lack
         them; never one of ``exclude`` (the pages a request names already: a page freed while
         its request names it goes to another, as a launch in which one request writes a slot
-        twice has no defined result)."""
+        twice has no defined result). Short of free pages, the prefix cache first evicts
+        least-recently-used leaves for the shortfall, as SGLang's ``alloc_token_slots`` does
+        before every allocation (``evict``: unless the caller holds a cached path it moves,
+        :meth:`engine_model.moves.Moves.relocate`)."""
         free = [page for page in self.free_pages if page not in exclude]
+        if n > len(free) and evict:
+            self.evict_for((n - len(free)) * self.config.page_size)
+            free = [page for page in self.free_pages if page not in exclude]
         if n > len(free) or not self._swa_room(free[:n]):
             return None
         pages = free[:n]
@@ -122,7 +134,7 @@ class Allocators(EngineState):
 
     def _cache_pages(self, n: int) -> list[int] | None:
         """``n`` pages for the prefix cache (held by it, not by a request), or None."""
-        pages = self._alloc_pages(n)
+        pages = self._alloc_pages(n, evict=False)
         for page in pages or ():
             self.req_refs[page] -= 1
             self.cache_refs[page] += 1

@@ -7,7 +7,9 @@ cache, and turns each step of a history into exactly the launches the engine mak
   beside it, whose rows keep the stale tail of a longer previous owner when they are reused;
 - a slot allocator handing out pages of ``page_size`` slots (page 0, and so slot 0, is the
   padding page and never handed out), with a reference count per page;
-- a prefix cache that keeps the page-aligned prefix of every prefill chunk (inserted after the
+- a prefix cache (radix nodes with their access times, whose least-recently-used leaves are
+  evicted whole when an allocation finds the allocator short, :mod:`engine_model.eviction`)
+  that keeps the page-aligned prefix of every prefill chunk (inserted after the
   extend forward, as SGLang's scheduler inserts after every chunk), finished or inserted
   request as a path of pages (a radix tree's, one entry a leaf's path) and lets a new request
   share it; a retraction caches nothing new;
@@ -29,10 +31,9 @@ rollback), :meth:`Engine.draft_decode` (the draft model's multi-step draft),
 :meth:`Engine.draft_extend` (its draft extend after a target verify, ``DRAFT_EXTEND_V2``),
 :meth:`Engine.finish` (the prefix goes to the cache, the row is freed), :meth:`Engine.retract`
 and :meth:`Engine.readmit`, :meth:`Engine.admit_twin` (a request with a cached prefix's
-tokens that computes them again) and :meth:`Engine.insert` (a running request's prefix goes into
+tokens that computes them again), :meth:`Engine.insert` (a running request's prefix goes into
 the cache after its extend forward, its row rebound to the cache's pages where the cache holds
-the same tokens, its own duplicates freed), :meth:`Engine.evict` (a cached leaf no one uses
-loses its last page) and :meth:`Engine.sweep` (a verify of every slot the cache holds). A forward step returns a :class:`Forward`: the scatter of the batch's token snapshots,
+the same tokens, its own duplicates freed) and :meth:`Engine.sweep` (a verify of every slot the cache holds). A forward step returns a :class:`Forward`: the scatter of the batch's token snapshots,
 the plan kernel's arguments (SGLang's ``PlanInput``, per ``ForwardMode`` as
 ``srt/kv_canary/plan_input.py`` builds it: decode rows have the position as prefix and write one
 token; a target verify's rows have ``seq_lens`` as prefix and write the draft count), the
@@ -57,7 +58,8 @@ cause.
 
 The engine is one class of parts, one module each: its state and the reads every part shares
 (:mod:`engine_model.state`), the allocators (:mod:`engine_model.allocators`), the prefix cache
-(:mod:`engine_model.prefix_cache`), the making of a forward (:mod:`engine_model.forwards`) and
+(:mod:`engine_model.prefix_cache`) and the eviction of its radix nodes
+(:mod:`engine_model.eviction`), the making of a forward (:mod:`engine_model.forwards`) and
 KV that moves without a forward (:mod:`engine_model.moves`); this module composes them and
 holds the scheduler's steps. Its configuration is :mod:`engine_model.config`, its steps'
 data :mod:`engine_model.steps`, its fault hooks :mod:`engine_model.hooks`.
@@ -124,6 +126,7 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
             shared = max(k, 0)
         if shared:
             assert entry is not None
+            self.touch_match(entry, shared // c.page_size)
             req.pages = list(entry.pages[: shared // c.page_size])
             for page in req.pages:
                 self.req_refs[page] += 1

@@ -91,6 +91,11 @@ class Moves(PrefixCache):
         resident = self._resident(old)
         offload = self._save("offload", key, old, resident)
         old_pages, entry.pages = entry.pages, tuple(pages)
+        for old_page, page in zip(old_pages, pages):  # the same radix nodes, in other pages
+            self.node_head[page], self.node_time[page] = (
+                self.node_head[old_page],
+                self.node_time[old_page],
+            )
         new = self.cached_full_slots(entry)
         taken = np.arange(len(new), dtype=np.int64)
         reload = self._load("reload", key, new, resident, taken, kv=kv, records=records)

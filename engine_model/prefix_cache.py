@@ -1,26 +1,28 @@
 """The prefix cache of an engine: cached prefixes (:class:`engine_model.state.CacheEntry`, a
 radix tree's leaf paths), a new or readmitted request's match, a running request's insert and
-the rebind of its row to the cache's pages, eviction by truncation, and the sweep that
-verifies every slot the cache holds.
+the rebind of its row to the cache's pages, and the sweep that verifies every slot the cache
+holds; its radix nodes and their eviction are :mod:`engine_model.eviction`'s.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from engine_model.allocators import Allocators
 from engine_model.config import pick_from
+from engine_model.eviction import Eviction
 from engine_model.state import CacheEntry, Request
 from engine_model.steps import Sweep, SweepGroup
 
 __all__ = ["PrefixCache"]
 
 
-class PrefixCache(Allocators):
+class PrefixCache(Eviction):
     """The prefix cache (a mixin of :class:`engine_model.engine.Engine`)."""
 
     def cache_prefix(self, req: Request) -> int:
-        """Put the page-aligned prefix ``req`` wrote into the prefix cache; its length."""
+        """Put the page-aligned prefix ``req`` wrote into the prefix cache; its length. The
+        radix nodes the insert walks are touched, split or made
+        (:meth:`~engine_model.eviction.Eviction.touch_insert`)."""
         c = self.config
         k = req.written // c.page_size * c.page_size
         if not k:
@@ -29,15 +31,22 @@ class PrefixCache(Allocators):
         tokens = tuple(req.tokens[: k + c.offset])
         for entry in self.cache:  # a path the cache holds already: a radix insert extends it
             if entry.pages[: len(pages)] == pages:
+                self.touch_insert(entry, len(pages))
                 return k
             if pages[: len(entry.pages)] == entry.pages:
-                for page in pages[len(entry.pages) :]:
+                walked = len(entry.pages)
+                for page in pages[walked:]:
                     self.cache_refs[page] += 1
                 entry.pages, entry.tokens, entry.length = pages, tokens, k
+                self.touch_insert(entry, walked, len(pages) - walked)
                 return k
         for page in pages:
             self.cache_refs[page] += 1
-        self.cache.append(CacheEntry(tokens, pages, k))
+        left = max(self.cache, key=lambda e: _common(e.pages, pages), default=None)
+        walked = 0 if left is None else _common(left.pages, pages)
+        entry = CacheEntry(tokens, pages, k)
+        self.cache.append(entry)
+        self.touch_insert(entry, walked, len(pages) - walked, left)
         return k
 
     def _match(self, req: Request) -> int:
@@ -47,6 +56,7 @@ class PrefixCache(Allocators):
         best, best_k = self.tree_match(req, limit=len(req.tokens) - c.offset - 1)
         if best is None:
             return 0
+        self.touch_match(best, best_k // c.page_size)
         req.pages = list(best.pages[: best_k // c.page_size])
         for page in req.pages:
             self.req_refs[page] += 1
@@ -143,41 +153,6 @@ class PrefixCache(Allocators):
             self.last_written = [e for e in self.last_written if e not in moved]
         return entry, rebound
 
-    def evictable(self) -> list:
-        """``(entry, page index)`` of each cached prefix's last page that no running request
-        holds, oldest first: the leaves the cache may evict (a locked node never is)."""
-        return [(e, len(e.pages) - 1) for e in self.cache if not self.req_refs[e.pages[-1]]]
-
-    def evict(self) -> int | None:
-        """The oldest evictable leaf loses its last page: the page goes back to the allocator
-        when no one else holds it, and a cached prefix left empty is dropped. A page a running
-        request holds (a locked node) is never evicted. A named difference from SGLang, whose
-        radix cache evicts whole least-recently-used leaf nodes just before an allocation
-        (``evict_for_alloc``, ``mem_cache/allocation.py``'s ``evict_from_tree_cache``, read):
-        here a page at a time, oldest leaf first, when the scheduler's evict event is drawn."""
-        leaves = self.evictable()
-        if not leaves:
-            return None
-        entry, _ = leaves[0]
-        self.truncate(entry, len(entry.pages) - 1)
-        self.events["a cached page evicted"] += 1
-        length: int = entry.length
-        self.log.append(f"evict: a cached prefix down to {length}")
-        return length
-
-    def truncate(self, entry: CacheEntry, keep: int) -> list[int]:
-        """Cut a cached prefix to its first ``keep`` pages, releasing the others; the pages."""
-        c = self.config
-        cut = list(entry.pages[keep:])
-        entry.pages = tuple(entry.pages[:keep])
-        entry.length = keep * c.page_size
-        entry.tokens = entry.tokens[: entry.length + c.offset]
-        for page in cut:
-            self._release(page, cache=True)
-        if not entry.pages:
-            self.cache.remove(entry)
-        return cut
-
     def sweep(self) -> Sweep | None:
         """Every slot the cache holds, as each group's verify plan entries (translated, like
         SGLang's radix sweep; an evicted SWA slot is 0, which verify skips); None where the
@@ -204,3 +179,11 @@ class PrefixCache(Allocators):
                 )
             )
         return Sweep(tuple(groups))
+
+
+def _common(a: tuple, b: tuple) -> int:
+    """How many leading pages two cached paths share."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n

@@ -83,6 +83,13 @@ class EngineState:
         self.running: dict[int, Request] = {}
         self.waiting: list[Request] = []
         self.cache: list[CacheEntry] = []
+        #: per page of the cache, whether a radix node starts there and the node's last access
+        #: time, and the clock of those times (:mod:`engine_model.eviction`); the pages of each
+        #: node the last eviction freed
+        self.node_head = np.zeros(c.num_pages, dtype=bool)
+        self.node_time = np.zeros(c.num_pages, dtype=np.float64)
+        self.clock = 0.0
+        self.last_evicted: list[tuple[int, ...]] = []
         self.last_written: list[tuple[int, int]] = []  # (request, position) of the last forward
         #: the faults armed in the next steps, and what they did (:mod:`engine_model.faults`)
         self.hooks = EngineHooks()

@@ -121,7 +121,8 @@ EVENTS, SWEEP_EVERY = 30, 8
 
 def serving(kind: str, mode: int, index: int) -> int | None | bool:
     """One history that goes on as a server would after the fault: :data:`EVENTS` random
-    scheduler events (admit, sharing or not; finish; retract; readmit; evict), each followed by
+    scheduler events (admit, sharing or not; finish; retract; readmit; the prefix cache evicts
+    when an allocation needs room), each followed by
     the next forward, and a cache sweep every :data:`SWEEP_EVERY` events. The number of steps
     until the first report, None when none came, False when the history had no place for the
     fault."""
@@ -138,11 +139,11 @@ def serving(kind: str, mode: int, index: int) -> int | None | bool:
         oracle.flip(*fault.flip)
     steps = 0
     for event in range(1, EVENTS + 1):
-        op = rng.choice(("admit", "admit", "finish", "retract", "readmit", "evict", "none"))
+        op = rng.choice(("admit", "admit", "finish", "retract", "readmit", "none"))
         if op == "admit":
             engine.admit(int(rng.integers(1, 9)), int(rng.integers(0, 3)))
         elif op != "none":
-            getattr(engine, op)(*([] if op == "evict" else [int(rng.integers(0, 8))]))
+            getattr(engine, op)(int(rng.integers(0, 8)))
         todo = [engine.prefill(6) or engine.decode(int(rng.integers(0, 2)))]
         if event % SWEEP_EVERY == 0:
             todo.append(engine.sweep())
@@ -209,8 +210,9 @@ history reports anything.
 {rows}
 
 As a server goes on. The same engines; after the fault, {EVENTS} random scheduler events
-(admissions, half of them sharing a cached prefix, finishes, retractions, readmissions,
-evictions), each followed by the next forward, and a cache sweep every {SWEEP_EVERY} events.
+(admissions, half of them sharing a cached prefix, finishes, retractions, readmissions;
+the cache evicts when an allocation needs room), each followed by the next forward, and a
+cache sweep every {SWEEP_EVERY} events.
 A fault whose request finishes, or whose page is freed and written again, before anything
 reads it goes unreported: these cells count how often that happens.
 

@@ -14,10 +14,24 @@ the same sequence of allocations and frees (:func:`departures`):
   free list, ``free_rows`` appends.
 
 Each is a stand-in object holding the fields those methods read, the methods SGLang's own.
+
+The prefix cache's eviction (:mod:`engine_model.eviction`) is held to the walk of SGLang's
+unified radix cache (:func:`eviction_departures`): ``FullComponent._evict_device_start`` and
+``_evict_device_next_node`` (``mem_cache/unified_cache/components/full.py``), with
+``_ensure_eviction_strategy``, ``LRUStrategy`` (``mem_cache/evict_policy.py``) and
+``UnifiedTreeNode.__lt__`` (``unified_cache/unified_tree_core.py``), run from source over a tree
+of stand-in nodes built from the engine's cached paths, radix nodes, access times and locks. The
+tree core's part of each step, a stand-in here, is what ``_evict_device_leaf`` does to the walk:
+the node's tokens counted, the node taken from its parent, the parent an evictable leaf when it
+has no child left and no lock.
 """
 
 from __future__ import annotations
 
+import abc
+import copy
+import functools
+import heapq
 import types
 from pathlib import Path
 
@@ -25,9 +39,9 @@ import numpy as np
 import torch
 
 from conformance.sglang import loading
-from engine_model import Engine, EngineConfig
+from engine_model import FULL, Engine, EngineConfig
 
-__all__ = ["departures", "page_allocator", "row_pool"]
+__all__ = ["departures", "eviction_departures", "eviction_walk", "page_allocator", "row_pool"]
 
 
 def _mem_cache() -> Path:
@@ -110,3 +124,110 @@ def departures(config: EngineConfig, steps: int, seed: int, engine: Engine | Non
             return [f"step {step}: free lists: the engine {engine.free_pages} "
                     f"{engine.free_rows}, SGLang {sglang.free_pages.tolist()} {rows.free_slots}"]  # fmt: skip
     return []
+
+
+@functools.cache
+def _walk_methods() -> tuple[dict, type, type]:
+    """SGLang's full-component walk, its LRU strategy and its node ordering, from source."""
+    root = _mem_cache()
+    scope = {"heapq": heapq, "ABC": abc.ABC, "abstractmethod": abc.abstractmethod}
+    walk = loading.methods_from_source(
+        root / "unified_cache" / "components" / "full.py", "FullComponent",
+        ("_ensure_eviction_strategy", "_evict_device_start", "_evict_device_next_node"), scope,
+    )  # fmt: skip
+    lru = loading.from_source(root / "evict_policy.py", ("EvictionStrategy", "LRUStrategy"), scope)
+    less = loading.methods_from_source(
+        root / "unified_cache" / "unified_tree_core.py", "UnifiedTreeNode", ("__lt__",), {}
+    )["__lt__"]
+    node = type("Node", (types.SimpleNamespace,), {"__lt__": less, "__hash__": object.__hash__})
+    return walk, lru["LRUStrategy"], node
+
+
+def _tree(engine: Engine, node_type: type) -> tuple[types.SimpleNamespace, dict]:
+    """The engine's cached paths as a tree of stand-in nodes: one a radix node, with its pages,
+    its last access time and its lock (a running request holds a page of it or below)."""
+    root = node_type(id=0, parent=None, children={}, pages=(), last_access_time=0.0, lock_ref=0)
+    for entry in engine.cache:
+        node = root
+        for first, end in engine.nodes(entry):
+            pages = entry.pages[first:end]
+            child = node.children.get(pages[0])
+            if child is None:
+                time = float(engine.node_time[pages[0]])
+                child = node_type(
+                    id=0, parent=node, children={}, pages=pages, last_access_time=time, lock_ref=0
+                )
+                node.children[pages[0]] = child
+            node = child
+    nodes, stack = {}, [root]
+    while stack:
+        node = stack.pop()
+        nodes[id(node)] = node
+        stack += node.children.values()
+    for node in nodes.values():
+        if node is not root and any(engine.req_refs[p] for p in node.pages):
+            up = node
+            while up is not root:
+                up.lock_ref += 1
+                up = up.parent
+    return root, nodes
+
+
+def eviction_walk(engine: Engine, tokens: int) -> list[tuple[int, ...]]:
+    """The nodes SGLang's full-component walk evicts from the engine's prefix cache for
+    ``tokens`` slots, in order (each its pages); the engine is left as it was."""
+    walk, lru, node_type = _walk_methods()
+    root, nodes = _tree(engine, node_type)
+    for i, node in enumerate(nodes.values()):
+        node.id = i
+    by_id = {node.id: node for node in nodes.values()}
+    leaves = {n for n in nodes.values() if n is not root and not n.children and not n.lock_ref}
+    component = types.SimpleNamespace(
+        component_type=FULL, session_ref_eviction_strategy=None,
+        tree_core=types.SimpleNamespace(evictable_device_leaves=leaves, eviction_strategy=lru()),
+    )  # fmt: skip
+    for name, method in walk.items():
+        setattr(component, name, types.MethodType(method, component))
+    component._evict_device_start(tokens)
+    tracker, order = {FULL: 0}, []
+    while (
+        chosen := component._evict_device_next_node(tracker, {}, {}, cache_actions=[])
+    ) is not None:
+        node = by_id[chosen]  # the tree core's _evict_device_leaf, as the walk sees it
+        order.append(node.pages)
+        tracker[FULL] += len(node.pages) * engine.config.page_size
+        del node.parent.children[node.pages[0]]
+        leaves.discard(node)
+        parent = node.parent
+        if parent is not root and not parent.children and not parent.lock_ref:
+            leaves.add(parent)
+    return order
+
+
+def eviction_departures(config: EngineConfig, steps: int, seed: int) -> list[str]:
+    """A random history of ``steps`` steps of the engine model (admissions sharing cached
+    prefixes, prefills, decodes, finishes, retractions and readmissions); before each step, an
+    eviction for a random number of slots made by the engine on a copy of itself and by
+    SGLang's walk over the same tree: where the nodes they evict first differ (empty:
+    nowhere), and how many evictions of two nodes or more were compared."""
+    engine = Engine(config)
+    rng = np.random.default_rng(seed)
+    multi = 0
+    for step in range(steps):
+        if engine.cache:
+            tokens = int(rng.integers(1, config.num_slots // 2))
+            theirs = eviction_walk(engine, tokens)
+            mine = copy.deepcopy(engine).evict_for(tokens)
+            if mine != theirs:
+                return [f"step {step}: evict {tokens}: the engine {mine}, SGLang {theirs}"]
+            multi += len(mine) > 1
+        what, a, b = int(rng.integers(0, 6)), int(rng.integers(0, 10)), int(rng.integers(0, 4))
+        if what == 0:
+            engine.admit(a + 2, b)
+        elif what == 1:
+            engine.prefill(a + 1)
+        elif what == 2:
+            engine.decode()
+        else:
+            getattr(engine, ("finish", "retract", "readmit")[what - 3])(a)
+    return [] if multi else ["no eviction of two nodes or more was compared"]

@@ -22,7 +22,7 @@ from strategies.engines import engine_configs
 OPS = st.lists(
     st.tuples(
         st.sampled_from(
-            ("admit", "prefill", "decode", "finish", "retract", "readmit", "evict", "sweep")
+            ("admit", "prefill", "decode", "finish", "retract", "readmit", "sweep")
             + ("relocate", "backup", "restore", "receive", "twin", "insert", "draft_extend")
         ),
         st.integers(0, 9),
@@ -41,8 +41,6 @@ def step(engine: Engine, op: str, a: int, b: int):
         return engine.decode(b)
     if op == "sweep":
         return engine.sweep()
-    if op == "evict":
-        return engine.evict()
     if op == "receive":
         return engine.receive(a + 1)
     if op == "draft_extend":

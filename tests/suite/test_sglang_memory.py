@@ -39,3 +39,30 @@ def test_an_allocator_in_another_order_is_caught(page_size, patch, monkeypatch):
     monkeypatch.setattr(Engine, *patch)
     found = [memory.departures(_config(page_size), 150, seed) for seed in range(4)]
     assert any(found), found
+
+
+@pytest.mark.parametrize("page_size", [1, 2, 4])
+def test_the_engine_evicts_the_cached_nodes_sglang_s_walk_evicts(page_size):
+    """The prefix cache's eviction for an allocation takes the nodes, whole and in the order,
+    that SGLang's unified radix cache's walk takes over the same tree (run from source)."""
+    for seed in range(3):
+        assert memory.eviction_departures(_config(page_size), 120, seed) == []
+
+
+#: other choices of leaves: the newest first, or the last page of each where SGLang takes the
+#: whole node (the engine's earlier eviction)
+OTHER_CHOICES = {
+    "newest first": lambda leaves: [(-t, i, e, first) for t, i, e, first in leaves],
+    "a page at a time": lambda leaves: [(t, i, e, len(e.pages) - 1) for t, i, e, _ in leaves],
+}
+
+
+@pytest.mark.parametrize("choice", OTHER_CHOICES)
+def test_an_eviction_of_another_choice_is_caught(choice, monkeypatch):
+    """Able to fail: an eviction that chooses its leaves otherwise departs from SGLang's walk."""
+    original = Engine.evictable_leaves
+    monkeypatch.setattr(
+        Engine, "evictable_leaves", lambda self: OTHER_CHOICES[choice](original(self))
+    )
+    found = [memory.eviction_departures(_config(2), 120, seed) for seed in range(3)]
+    assert any(found), found
