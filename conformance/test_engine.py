@@ -248,7 +248,7 @@ REQUIRED_SITUATIONS = (
     "a retracted request readmitted",
     "a readmitted request matched a cached prefix",
     "an insert rebound a row to the cache's pages",
-    "drafts rejected and their pages freed",
+    "drafts rejected, their pages kept for the next verify",
     *(situation(step) for step in REQUIRED_FORWARDS),
     "a draft decode step",
     "a cached prefix offloaded and reloaded into other slots",

@@ -309,8 +309,11 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
         writes its sampled token and ``drafts - 1`` draft tokens at the positions past what it wrote
         (``prefix`` = ``seq_lens``, ``extend`` = ``draft_token_num``, the drafts past the
         snapshot's valid length); then each accepts the drafts that match the target's tokens,
-        ``accept`` picking how many, takes the target's own token after them, and frees the
-        pages that hold only rejected drafts. Replaying a CUDA graph (``graph``: SGLang's
+        ``accept`` picking how many, and takes the target's own token after them. As SGLang's spec
+        v2 allocates, each row holds pages to its committed length plus twice the draft
+        allocation, rounded up to a page (:meth:`verify_alloc_to`; the engine's named choice:
+        where the pool lacks that, what the verify writes), and a rejection frees nothing until
+        the request is released. Replaying a CUDA graph (``graph``: SGLang's
         decode graph runner captures ``TARGET_VERIFY`` under speculative decoding), ``pad``
         padding rows stand at the tail, each writing ``drafts`` tokens at position 0 and slot 0,
         as the runner pads (``bs * num_tokens_per_bs`` tokens); a batch outside a graph has
@@ -332,10 +335,15 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
             wrong = self._fresh(e)
             draft = truth[:kept] + wrong[kept : e - 1]
             self._drafting[req.rid] = (req.tokens[-1:] + draft, truth, kept)
-        forward = self._forward(
-            "target_verify", rows, pad=pad, forward_mode=TARGET_VERIFY, graph=graph
-        )
-        self._drafting = {}
+        # SGLang's spec v2 reserve: twice a step's allocation, max(steps * topk, draft tokens),
+        # which for a chain of ``drafts - 1`` steps is ``drafts`` (``allocation_sizing.py``)
+        self._reserve = 2 * drafts
+        try:
+            forward = self._forward(
+                "target_verify", rows, pad=pad, forward_mode=TARGET_VERIFY, graph=graph
+            )
+        finally:
+            self._drafting, self._reserve = {}, 0
         return forward
 
     def finish(self, pick: int) -> int | None:

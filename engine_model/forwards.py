@@ -174,10 +174,17 @@ class Forwards(Allocators):
         seeds: dict[str, set[int]] = {g: set() for g in c.groups}
         for req, e in rows:
             e = min(e, c.context_len - req.written)
-            need = (req.written + e + c.page_size - 1) // c.page_size - len(req.pages)
             if e <= 0:
                 continue
-            pages = self._alloc_pages(max(0, need), exclude=self._named_pages(req))
+            pages = None
+            if self._reserve:  # SGLang's spec v2: its committed length plus the reserve
+                to = min(self.verify_alloc_to(req, self._reserve), c.context_len)
+                pages = self._alloc_pages(
+                    max(0, -(-to // c.page_size) - len(req.pages)), exclude=self._named_pages(req)
+                )
+            if pages is None:  # what it writes (the reserve short: the model's named choice)
+                need = (req.written + e + c.page_size - 1) // c.page_size - len(req.pages)
+                pages = self._alloc_pages(max(0, need), exclude=self._named_pages(req))
             if pages is None:
                 continue
             req.pages += pages
@@ -363,7 +370,7 @@ class Forwards(Allocators):
             self.last_written += [(req.rid, pos) for pos in range(req.written, req.written + e)]
             req.written += e
             if drafted is not None:
-                self._free_past(req, req.written, rollback=True)
+                self._rollback(req)
             if self.pending(req) == 0 and len(req.tokens) < c.context_len + c.offset:
                 token = self._fresh(1)[0]
                 req.tokens.append(token)
@@ -413,21 +420,40 @@ class Forwards(Allocators):
             return kept + 2
         req.tokens += accepted
         req.truth += accepted
-        self.events["drafts rejected and their pages freed"] += int(kept < len(ids) - 1)
+        self.events["drafts rejected, their pages kept for the next verify"] += int(
+            kept < len(ids) - 1
+        )
         return kept + 1
 
-    def _free_past(self, req: Request, written: int, rollback: bool = False) -> None:
-        """Free the pages of ``req`` past the one holding position ``written - 1`` (the
-        rejected drafts' pages, in one free call; ``req_to_token`` keeps naming them, past what the
-        request wrote, as SGLang's table does)."""
+    def _free_past(self, req: Request, written: int) -> None:
+        """Free the pages of ``req`` past the one holding position ``written - 1``, in one free
+        call (``req_to_token`` keeps naming them, past what the request wrote, as SGLang's table
+        does)."""
         keep = -(-written // self.config.page_size)
         self._release_pages(req.pages[keep:], cache=False)
-        if rollback and self.hooks.rollback_fault and keep < len(req.pages):
-            # the fault: the first freed page stays the request's, first in line for others
-            self.hooks.rollback_fault = False
-            page = req.pages[keep]
-            self.hooks.rollback_fault_made = (req.rid, page)
-            self.free_pages.remove(page)
-            self.free_pages.insert(0, page)  # first in line once the batch's frees are done
-            keep += 1
         del req.pages[keep:]
+
+    def verify_alloc_to(self, req: Request, reserve: int) -> int:
+        """The positions ``req`` holds pages for in a speculative decode step of SGLang's spec
+        v2 (``page_aligned_decode_alloc_lens``, ``mem_cache/allocation_sizing.py``): what it
+        holds already, or its committed length plus ``reserve`` rounded up to a page, whichever
+        is more."""
+        p = self.config.page_size
+        return max(len(req.pages) * p, (req.written + reserve + p - 1) // p * p)
+
+    def _rollback(self, req: Request) -> None:
+        """After a target verify: nothing is freed. SGLang's spec v2 keeps a request's pages,
+        rejected drafts' included, until the request is released (``eagle_utils.py``, read;
+        its v1 worker, which freed them at once, is gone). The fault
+        (``rejected_draft_named``) frees, as a v1 rollback would, the first page past the one
+        holding the last committed position, first in line for others, while the request goes
+        on naming it."""
+        keep = -(-req.written // self.config.page_size)
+        if not self.hooks.rollback_fault or keep >= len(req.pages):
+            return
+        self.hooks.rollback_fault = False
+        page = req.pages[keep]
+        self.hooks.rollback_fault_made = (req.rid, page)
+        self._release_pages([page], cache=False)
+        self.free_pages.remove(page)
+        self.free_pages.insert(0, page)  # first in line once the batch's frees are done

@@ -105,6 +105,7 @@ class EngineState:
         self.written_by: dict[tuple[int, int], str] = {}
         self.written_at: dict[tuple[int, int], int] = {}
         self._drafting: dict[int, tuple[list, list, int]] = {}  # a target verify's drafts
+        self._reserve = 0  # a target verify's positions to allocate past the committed ones
         self._draft: dict[int, int] = {}  # a draft decode's token per request
         self._overflow = False  # whether this step's verify plans overflow
         self._captured: set[tuple[int, int]] = set()  # graphs replayed: batch size, tokens a row

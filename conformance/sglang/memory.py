@@ -24,6 +24,13 @@ of stand-in nodes built from the engine's cached paths, radix nodes, access time
 tree core's part of each step, a stand-in here, is what ``_evict_device_leaf`` does to the walk:
 the node's tokens counted, the node taken from its parent, the parent an evictable leaf when it
 has no child left and no lock.
+
+A target verify's allocation (:meth:`engine_model.forwards.Forwards.verify_alloc_to`) is held
+to SGLang's spec v2 sizing (:func:`reserve_departures`): ``get_alloc_len_per_decode``,
+``get_alloc_reserve_per_decode`` and ``page_aligned_decode_alloc_lens``
+(``mem_cache/allocation_sizing.py``), run from source with the server's options as stand-ins
+(``get_spec``, ``get_alloc_page_size``, ``max_speculative_num_draft_tokens`` and
+``SpeculativeAlgorithm.from_string``, an EAGLE chain: ``topk`` 1, ``drafts - 1`` steps).
 """
 
 from __future__ import annotations
@@ -40,8 +47,16 @@ import torch
 
 from conformance.sglang import loading
 from engine_model import FULL, Engine, EngineConfig
+from engine_model.state import Request
 
-__all__ = ["departures", "eviction_departures", "eviction_walk", "page_allocator", "row_pool"]
+__all__ = [
+    "departures",
+    "eviction_departures",
+    "eviction_walk",
+    "page_allocator",
+    "reserve_departures",
+    "row_pool",
+]
 
 
 def _mem_cache() -> Path:
@@ -231,3 +246,51 @@ def eviction_departures(config: EngineConfig, steps: int, seed: int) -> list[str
         else:
             getattr(engine, ("finish", "retract", "readmit")[what - 3])(a)
     return [] if multi else ["no eviction of two nodes or more was compared"]
+
+
+def _sizing(page_size: int, drafts: int) -> dict:
+    """SGLang's spec v2 sizing functions, from source, for an EAGLE chain of ``drafts`` draft
+    tokens (``drafts - 1`` steps, ``topk`` 1) on pages of ``page_size`` slots."""
+    spec = types.SimpleNamespace(
+        speculative_algorithm="EAGLE", speculative_num_steps=drafts - 1,
+        speculative_eagle_topk=1, speculative_num_draft_tokens=drafts,
+    )  # fmt: skip
+    eagle = types.SimpleNamespace(is_uno=lambda: False, has_draft_kv=lambda: True)
+    scope = {
+        "get_spec": lambda: spec,
+        "max_speculative_num_draft_tokens": lambda: drafts,
+        "get_alloc_page_size": lambda: page_size,
+        "SpeculativeAlgorithm": types.SimpleNamespace(from_string=lambda name: eagle),
+    }
+    names = ("get_alloc_len_per_decode", "get_alloc_reserve_per_decode", "page_aligned_decode_alloc_lens")  # fmt: skip
+    return loading.from_source(
+        _mem_cache() / "allocation_sizing.py", names, scope, scope_imports=True
+    )
+
+
+def reserve_departures(page_sizes=(1, 2, 4, 16, 64), drafts=(2, 3, 4, 5)) -> list[str]:
+    """Where the positions a target verify's row holds pages for differ from SGLang's spec v2
+    sizing, over committed and allocated lengths of every page size and draft count given
+    (empty: nowhere)."""
+    out = []
+    for p in page_sizes:
+        engine = Engine(EngineConfig(page_size=p, num_pages=8, pool_rows=3, context_len=16))
+        for n in drafts:
+            sizing = _sizing(p, n)
+            reserve = sizing["get_alloc_reserve_per_decode"]()
+            for committed in range(0, 3 * p + 2 * n):
+                for pages in range(0, -(-(committed + 3 * n) // p) + 1):
+                    if pages * p < committed:
+                        continue
+                    kv = types.SimpleNamespace(
+                        kv_allocated_len=pages * p, kv_committed_len=committed
+                    )
+                    _, (theirs,), _ = sizing["page_aligned_decode_alloc_lens"](
+                        [types.SimpleNamespace(kv=kv)], reserve=reserve, page_size=p
+                    )
+                    req = Request(0, 0, [], [], written=committed, pages=[1] * pages)
+                    mine = engine.verify_alloc_to(req, 2 * n)
+                    if mine != theirs:
+                        out.append(f"pages of {p}, {n} drafts, {committed} committed, "
+                                   f"{pages} pages held: the engine {mine}, SGLang {theirs}")  # fmt: skip
+    return out

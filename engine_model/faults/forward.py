@@ -287,15 +287,18 @@ class AcceptOffByOne(FaultClass):
 
 
 class RejectedDraftNamed(FaultClass):
-    """EAGLE's rollback frees a page of rejected drafts while the request goes on naming it: a
-    target verify (the fault's own step) rejects drafts so that a page holding only drafts is
-    freed, and the first such page goes back to the allocator, first in line, but stays the
-    request's, whose next positions are written there. The next request to allocate takes the
-    page, and the two write its slots in turn: reported at a slot both wrote, by the ``FULL``
-    group's next ``HEAD`` and ``TAIL`` verifies of the one that wrote it first, once it runs
-    after the other's write, with ``CHAIN``, ``POSITION`` or ``TOKEN``; nothing is promised when
-    no slot was written by both in that order. The target model's canary only (the draft
-    model's runs no target verify)."""
+    """A target verify's rollback frees a page of rejected drafts while the request goes on
+    naming it, as SGLang's spec v1 rollback freed them, on a request that spec v2's bookkeeping
+    keeps holding them (SGLang's v2 frees nothing at a rejection,
+    :meth:`engine_model.forwards.Forwards._rollback`): a target verify (the fault's own step)
+    rejects drafts so that a page past the one holding the last committed position exists, and
+    the first such page goes back to the allocator, first in line, but stays the request's,
+    whose next positions are written there. The next request to allocate takes the page, and
+    the two write its slots in turn: reported at a slot both wrote, by the ``FULL`` group's
+    next ``HEAD`` and ``TAIL`` verifies of the one that wrote it first, once it runs after the
+    other's write, with ``CHAIN``, ``POSITION`` or ``TOKEN``; nothing is promised when no slot
+    was written by both in that order. The target model's canary only (the draft model's runs
+    no target verify)."""
 
     frees_pages_in_use = True
     name = "rejected_draft_named"
@@ -309,7 +312,9 @@ class RejectedDraftNamed(FaultClass):
         rows = [r for r, _ in engine.decode_rows()]
         if c.offset or not rows or any(r.written + self.drafts > c.context_len for r in rows):
             return None
-        frees = []  # the accepts (``target_verify``'s) after which a row frees a page
+        # the accepts (``target_verify``'s) after which a row holds a page past its committed
+        # one even without spec v2's reserve (with it, it holds at least as many)
+        frees = []
         for accept in range(self.drafts):
             for i, r in enumerate(rows):
                 kept = r.written + (accept + i) % self.drafts + 1

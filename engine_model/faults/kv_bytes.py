@@ -59,6 +59,11 @@ class _KvByte(FaultClass):
     def due_after_settle(self, engine, fault):
         assert fault.flip is not None
         group, slot, _ = fault.flip
+        if engine.freed_since(fault.full_slot // engine.config.page_size, fault.made_at):
+            # the page went back to the allocator before a verify read the slot (the prefix
+            # cache evicted it for an allocation, or its request let it go), and another
+            # request's write may have taken it since
+            return None
         if group == SWA and engine.lut[fault.full_slot] != slot:
             # the slot left the window (or the SWA pool took it under pressure) before a verify
             # could see it, and another position's write may have taken it since

@@ -66,3 +66,27 @@ def test_an_eviction_of_another_choice_is_caught(choice, monkeypatch):
     )
     found = [memory.eviction_departures(_config(2), 120, seed) for seed in range(3)]
     assert any(found), found
+
+
+def test_a_target_verify_holds_pages_as_sglang_s_spec_v2_sizes_them():
+    """The positions a target verify's row holds pages for are SGLang's spec v2 sizing's (run
+    from source): the committed length plus twice the draft allocation, rounded to a page."""
+    assert memory.reserve_departures() == []
+
+
+OTHER_RESERVES = {
+    "once the draft allocation": lambda self, req, reserve: ORIGINAL_RESERVE(
+        self, req, reserve // 2
+    ),
+    "not rounded to a page": lambda self, req, reserve: max(
+        len(req.pages) * self.config.page_size, req.written + reserve
+    ),
+}
+ORIGINAL_RESERVE = Engine.verify_alloc_to
+
+
+@pytest.mark.parametrize("reserve", OTHER_RESERVES)
+def test_a_reserve_of_another_size_is_caught(reserve, monkeypatch):
+    """Able to fail: the draft allocation once, or a length not rounded to a page."""
+    monkeypatch.setattr(Engine, "verify_alloc_to", OTHER_RESERVES[reserve])
+    assert memory.reserve_departures()
