@@ -169,6 +169,7 @@ LEVELS: dict[str, str | tuple[str, ...]] = {
     "test_plan.py::test_an_engine_scale_plan_feeds_one_verify_launch": CORE,
     "test_engine.py::test_engine_histories_agree_with_the_reference_and_report_each_fault": CORE,
     "test_engine.py::test_draft_steps_verify_drafts_past_the_snapshot": CORE,
+    "test_engine.py::test_a_recycled_row_s_draft_reads_stop_at_its_own_snapshot": CORE,
     "test_engine.py::test_each_fault_class_is_reported_where_it_predicts": CORE,
     "test_plan_refusals.py::test_plan_refuses_each_broken_argument": (
         "P1:*",

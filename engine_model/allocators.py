@@ -50,16 +50,15 @@ class Allocators(EngineState):
         }
         return len(self.free_swa) + len(cached)
 
-    def _alloc_pages(self, n: int, exclude=(), *, evict: bool = True) -> list[int] | None:
+    def _alloc_pages(self, n: int, exclude=()) -> list[int] | None:
         """``n`` pages, each with its SWA slots, or None (nothing taken) when the pools lack
         them; never one of ``exclude`` (the pages a request names already: a page freed while
         its request names it goes to another, as a launch in which one request writes a slot
         twice has no defined result). Short of free pages, the prefix cache first evicts
         least-recently-used leaves for the shortfall, as SGLang's ``alloc_token_slots`` does
-        before every allocation (``evict``: unless the caller holds a cached path it moves,
-        :meth:`engine_model.moves.Moves.relocate`)."""
+        before every allocation."""
         free = [page for page in self.free_pages if page not in exclude]
-        if n > len(free) and evict:
+        if n > len(free):
             self.evict_for((n - len(free)) * self.config.page_size)
             free = [page for page in self.free_pages if page not in exclude]
         if n > len(free) or not self._swa_room(free[:n]):
@@ -140,7 +139,7 @@ class Allocators(EngineState):
 
     def _cache_pages(self, n: int) -> list[int] | None:
         """``n`` pages for the prefix cache (held by it, not by a request), or None."""
-        pages = self._alloc_pages(n, evict=False)
+        pages = self._alloc_pages(n)
         for page in pages or ():
             self.req_refs[page] -= 1
             self.cache_refs[page] += 1

@@ -235,6 +235,8 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
                 if forward is None:
                     break
                 self.events["a draft decode step"] += 1
+                if graph:
+                    self.events["a draft decode step replaying a graph"] += 1
                 forwards.append(forward)
         finally:
             self._draft = {}
@@ -302,10 +304,10 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
         return self._forward("idle", [], pad=pad, forward_mode=IDLE, graph=True)
 
     def target_verify(
-        self, drafts: int, accept: int, pad: int = 0, graph: bool = False
+        self, drafts: int, accept: int, pad: int = 0, graph: bool = False, overflow: bool = False
     ) -> Forward | None:
-        """EAGLE's target verify (``TARGET_VERIFY``), made only when every decoding request has
-        room for ``drafts`` more positions (None otherwise: the caller decodes plainly): each
+        """EAGLE's target verify (``TARGET_VERIFY``) of the decoding requests with room for
+        ``drafts`` more positions (None when none has: the caller decodes plainly): each
         writes its sampled token and ``drafts - 1`` draft tokens at the positions past what it wrote
         (``prefix`` = ``seq_lens``, ``extend`` = ``draft_token_num``, the drafts past the
         snapshot's valid length); then each accepts the drafts that match the target's tokens,
@@ -317,16 +319,18 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
         decode graph runner captures ``TARGET_VERIFY`` under speculative decoding), ``pad``
         padding rows stand at the tail, each writing ``drafts`` tokens at position 0 and slot 0,
         as the runner pads (``bs * num_tokens_per_bs`` tokens); a batch outside a graph has
-        none (``ValueError``)."""
+        none (``ValueError``). ``overflow``: the verify plans hold one entry fewer than the
+        batch verifies, as :meth:`decode`'s."""
         c = self.config
         if pad and not graph:
             raise ValueError("a target verify has padding rows only when it replays a graph")
         if drafts < 2 or c.offset:  # the draft model's canary (offset 1) runs other modes
             return None
         # every row writes ``draft_token_num`` tokens (SGLang's plan input takes one count for
-        # the batch): while a decoding request has no room for them, the step is a plain decode
-        rows = [(r, drafts) for r, _ in self.decode_rows()]
-        if not rows or any(r.written + drafts > c.context_len for r, _ in rows):
+        # the batch): a decoding request without room for them sits the verify out, as SGLang
+        # would have finished it at its length limit
+        rows = [(r, drafts) for r, _ in self.decode_rows() if r.written + drafts <= c.context_len]
+        if not rows:
             return None
         self._drafting = {}
         for i, (req, e) in enumerate(rows):
@@ -337,13 +341,13 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
             self._drafting[req.rid] = (req.tokens[-1:] + draft, truth, kept)
         # SGLang's spec v2 reserve: twice a step's allocation, max(steps * topk, draft tokens),
         # which for a chain of ``drafts - 1`` steps is ``drafts`` (``allocation_sizing.py``)
-        self._reserve = 2 * drafts
+        self._reserve, self._overflow = 2 * drafts, overflow
         try:
             forward = self._forward(
                 "target_verify", rows, pad=pad, forward_mode=TARGET_VERIFY, graph=graph
             )
         finally:
-            self._drafting, self._reserve = {}, 0
+            self._drafting, self._reserve, self._overflow = {}, 0, False
         return forward
 
     def finish(self, pick: int) -> int | None:

@@ -106,10 +106,11 @@ class Eviction(Allocators):
     def evictable_leaves(self) -> list[tuple[float, int, CacheEntry, int]]:
         """``(time, index, entry, first page index)`` of each evictable leaf node: the last node
         of a path that no other path goes on from and that no running request holds a page
-        of (a request locks the nodes on its path)."""
+        of (a request locks the nodes on its path), nor a path being moved (:attr:`moving`,
+        the engine's lock of a cached prefix it reloads)."""
         out = []
         for i, entry in enumerate(self.cache):
-            if not entry.pages or self._has_child(entry):
+            if not entry.pages or self._has_child(entry) or entry is self.moving:
                 continue
             first, _ = self.nodes(entry)[-1]
             if any(self.req_refs[page] for page in entry.pages[first:]):

@@ -344,6 +344,9 @@ class Forwards(Allocators):
             cut = [p for p in verified if p + c.offset >= len(req.tokens)]
             if cut:
                 self.events["an expected-token read cut off by the valid length"] += 1
+            if cut and last is not None and last[0] != req.rid and last[1] > len(req.tokens):
+                # the old owner's stale tokens lie past the valid length the plan reads to
+                self.events["a plan read past the snapshot of a row a longer owner left"] += 1
             start = self.window_start(req.written)
             if self.lut is not None and start > 0:
                 if not self.lut[self.full_slot(req, start - 1)]:

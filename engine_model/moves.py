@@ -71,6 +71,10 @@ class Moves(PrefixCache):
             groups.append(MoveGroup(SWA, np.asarray(swa, dtype=np.int64), order, order))
         return Move(move_kind, key, False, tuple(groups))
 
+    def relocatable(self) -> list:
+        """The cached prefixes no running request holds a page of: those a reload may move."""
+        return [e for e in self.cache if not any(self.req_refs[p] for p in e.pages)]
+
     def relocate(self, pick: int, *, kv: bool = True, records: bool = True) -> list[Move]:
         """A cached prefix no request uses is offloaded to the host pool and loaded back into
         other pages, the movement of HiCache (``mem_cache/pool_host/``): its KV and its
@@ -79,12 +83,15 @@ class Moves(PrefixCache):
         they were (a fault: :mod:`engine_model.faults`; SGLang's host pool leaves the records,
         [23] of ``docs/UPSTREAM.md``). Returns the offload and the reload, to run in order
         (none: no such prefix, or no free pages)."""
-        idle = [e for e in self.cache if not any(self.req_refs[p] for p in e.pages)]
-        entry = pick_from(idle, pick)
+        entry = pick_from(self.relocatable(), pick)
         if entry is None:
             return []
-        pages = self._cache_pages(len(entry.pages))
-        if pages is None:
+        self.moving = entry  # locked while it moves: an eviction for its pages spares it
+        try:
+            pages = self._cache_pages(len(entry.pages))
+        finally:
+            self.moving = None
+        if pages is None or entry not in self.cache:
             return []
         key = self._key()
         old = self.cached_full_slots(entry)

@@ -90,6 +90,8 @@ class EngineState:
         self.node_time = np.zeros(c.num_pages, dtype=np.float64)
         self.clock = 0.0
         self.last_evicted: list[tuple[int, ...]] = []
+        #: a cached prefix being moved, locked against eviction (``Moves.relocate``)
+        self.moving: CacheEntry | None = None
         self.last_written: list[tuple[int, int]] = []  # (request, position) of the last forward
         #: the faults armed in the next steps, and what they did (:mod:`engine_model.faults`)
         self.hooks = EngineHooks()
