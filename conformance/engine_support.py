@@ -308,16 +308,21 @@ def inject_and_settle(
     ``run``, and judge the reports by what the class predicts
     (:mod:`engine_model.faults`): ``(fault, problems, first)`` with ``first`` the number of steps
     after the fault until the first report (None: none), or None when the engine has no place
-    for the fault or too few free pages (or SWA slots) to settle. ``made``: a fault of the
+    for the fault or too few free or evictable pages (or SWA slots) to settle. ``made``: a fault of the
     class already made in ``engine`` by other code (SGLang's own perturbation), judged the
     same way."""
-    room = 2 * len(engine.running) + 1  # pages the settle may take
-    if not engine.free_rows or len(engine.free_pages) < room:
+    room = 2 * len(engine.running) + 1  # pages the settle may take, free or evictable
+    if not engine.free_rows or len(engine.free_pages) + engine.evictable_pages() < room:
         return None
     if engine.spare_swa_slots() < room * engine.config.page_size:
         return None
     since = oracle.index
-    fault = faults.make(engine, kind, pick, byte) if made is None else made
+    # a fault made by other code is stamped with the step it was made at, as faults.make does
+    fault = (
+        faults.make(engine, kind, pick, byte)
+        if made is None
+        else dataclasses.replace(made, made_at=engine.steps)
+    )
     if fault is None:
         return None
     cls = faults.FAULTS[kind]

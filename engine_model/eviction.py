@@ -118,6 +118,12 @@ class Eviction(Allocators):
             out.append((float(self.node_time[entry.pages[first]]), i, entry, first))
         return out
 
+    def evictable_pages(self) -> int:
+        """The cached pages no running request holds: what evictions can free (SGLang's
+        ``evictable_size``, in pages)."""
+        cached = {page for entry in self.cache for page in entry.pages}
+        return sum(1 for page in cached if not self.req_refs[page])
+
     def evict_for(self, tokens: int) -> list[tuple[int, ...]]:
         """Evict whole leaf nodes, least recently used first, until ``tokens`` slots are freed or
         none is evictable: each node's pages go back to the allocator in one free call, and a

@@ -63,6 +63,8 @@ class Forwards(Allocators):
             batch, order, written, pad if graph else 0, int(lens["extend"][-1]) if pad else 1
         )
         live = [batch[i][0] for i in order if i < len(batch)]
+        for slot in full_slots.tolist():
+            self._slot_written[slot] = self.steps
         self._count_situations(live, lens, graph)
         for req in live:
             self.last_run[req.rid] = self.steps

@@ -54,6 +54,8 @@ class Moves(PrefixCache):
         positions before ``written`` (default: all) are evicted (a position out of the window
         has none); a later position keeps its SWA slot for the forward that writes it."""
         none = np.full(len(full), -1, dtype=np.int64)
+        for slot in full if kv else ():
+            self._slot_written[int(slot)] = self.steps + 1
         groups = [
             MoveGroup(
                 FULL, np.asarray(full, dtype=np.int64),

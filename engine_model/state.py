@@ -115,6 +115,8 @@ class EngineState:
         self._row_last_len: dict[int, tuple[int, int]] = {}
         #: per page, the step at which it was last freed (a page handed out again in that step)
         self._freed_at: dict[int, int] = {}
+        #: per full slot, the step that last wrote its KV (a forward, or a load of KV)
+        self._slot_written: dict[int, int] = {}
         self._keys = 0  # the last host copy's key
         #: a retracted request's backup: ``(host copy, positions written, SWA-resident mask)``
         self.backups: dict[int, tuple[int, int, list[bool]]] = {}
@@ -182,6 +184,12 @@ class EngineState:
             if req is not None and pos < req.written:
                 out.add(self.group_slot(group, self.full_slot(req, pos)))
         return frozenset(out - {0})
+
+    def rewritten_since(self, full_slot: int, step: int) -> bool:
+        """Whether a forward or a load of KV wrote full slot ``full_slot`` at step ``step`` or
+        later (a forward writes at the step it counts; a load, at the step after the one
+        before it)."""
+        return self._slot_written.get(full_slot, -1) >= step
 
     def describe(self) -> str:
         """The configuration and the last steps of the history, for a failure message."""

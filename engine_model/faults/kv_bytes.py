@@ -59,10 +59,10 @@ class _KvByte(FaultClass):
     def due_after_settle(self, engine, fault):
         assert fault.flip is not None
         group, slot, _ = fault.flip
-        if engine.freed_since(fault.full_slot // engine.config.page_size, fault.made_at):
-            # the page went back to the allocator before a verify read the slot (the prefix
-            # cache evicted it for an allocation, or its request let it go), and another
-            # request's write may have taken it since
+        if engine.rewritten_since(fault.full_slot, fault.made_at + 1):
+            # a later write took the slot (its page went back to the allocator, evicted for an
+            # allocation or let go by its request, and another request wrote it): the changed
+            # byte is gone, and a verify before that write may or may not have read it
             return None
         if group == SWA and engine.lut[fault.full_slot] != slot:
             # the slot left the window (or the SWA pool took it under pressure) before a verify

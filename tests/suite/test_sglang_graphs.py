@@ -340,15 +340,24 @@ def _target_verify_graphs(side) -> list:
 def _verify_snapshots(replays: bool, monkeypatch, index: int) -> tuple[list, object]:
     """An engine of the leg's ``index`` (the target model's canary) after the warm-up, then
     target verifies replaying graphs (or run eagerly: ``replays``), a request finished and
-    another admitted and prefilled where none has room; SGLang's canary buffers, ring and write
+    another admitted and prefilled where none has room (and at the end, where none has room
+    for another verify); SGLang's canary buffers, ring and write
     index after each step (each step compared with the reference as the leg compares it)."""
     monkeypatch.setattr(manager_run.ManagerRun, "replays_graphs", replays)
     config = manager_run.histories.engine_config(index, eagle_offset=0)
     trial = trials.start(config, through_sglang=True)
     engine, side = trial.engine, trial.side
     seen = []
-    for k in range(VERIFY_STEPS):
-        step = engine.target_verify(GRAPH_DRAFT_TOKENS, k, k % 3, graph=True)
+    room = config.context_len - GRAPH_DRAFT_TOKENS
+    for k in range(VERIFY_STEPS + 1):
+        if k < VERIFY_STEPS:
+            step = engine.target_verify(GRAPH_DRAFT_TOKENS, k, k % 3, graph=True)
+        elif any(0 < r.written <= room for r in engine.running.values()):
+            break
+        else:
+            step = None
+        # where no row has room (a row without room sits a target verify out), and at the
+        # end where none has room for another, a request finishes and another comes
         if step is None:
             engine.finish(0)
             engine.admit(2 + k % 3)
