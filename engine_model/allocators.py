@@ -113,6 +113,12 @@ class Allocators(EngineState):
         else:
             self.free_pages[:0] = sorted(pages)
 
+    def freed_since(self, page: int, step: int) -> bool:
+        """Whether ``page`` went back to the allocator at step ``step`` or later (the step count
+        when it was freed: a forward's allocation frees, evicting, before its step is
+        counted)."""
+        return self._freed_at.get(page, -1) >= step
+
     def _take_row(self) -> int:
         """A free pool row, as SGLang's ``ReqToTokenPool.alloc_rows`` takes it: the last one
         freed (the tail of its free list)."""

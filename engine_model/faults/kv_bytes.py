@@ -59,10 +59,13 @@ class _KvByte(FaultClass):
     def due_after_settle(self, engine, fault):
         assert fault.flip is not None
         group, slot, _ = fault.flip
-        if engine.rewritten_since(fault.full_slot, fault.made_at + 1):
-            # a later write took the slot (its page went back to the allocator, evicted for an
-            # allocation or let go by its request, and another request wrote it): the changed
-            # byte is gone, and a verify before that write may or may not have read it
+        page = fault.full_slot // engine.config.page_size
+        if engine.freed_since(page, fault.made_at) or engine.rewritten_since(
+            fault.full_slot, fault.made_at + 1
+        ):
+            # the slot's page went back to the allocator (evicted for an allocation, or let go
+            # by its request: no verify or sweep reads it from then on) or a later write took
+            # the slot, perhaps before a verify read the changed byte
             return None
         if group == SWA and engine.lut[fault.full_slot] != slot:
             # the slot left the window (or the SWA pool took it under pressure) before a verify
