@@ -191,7 +191,7 @@ class Forwards(Allocators):
                 continue
             req.pages += pages
             mine = {g: self._writes_and_seed(req, e, g) for g in c.groups}
-            if any(
+            if self._slot_lost(req, e) or any(
                 slots & (written[g] | seeds[g]) or seed & written[g]
                 for g, (slots, seed) in mine.items()
             ):
@@ -208,6 +208,17 @@ class Forwards(Allocators):
         (the same unless a fault made them differ)."""
         p = self.config.page_size
         return set(req.pages) | {int(s) // p for s in self.req_to_token[req.row, : req.written]}
+
+    def _slot_lost(self, req: Request, e: int) -> bool:
+        """Whether a position ``req`` would write has no SWA slot: a page in use handed to
+        another request by a fault, whose window then slid past the page's positions and
+        freed their SWA slots. Its writes would all land in the padding slot 0, a write with
+        no defined result: the row waits."""
+        if self.lut is None:
+            return False
+        return any(
+            not self.lut[self.full_slot(req, p)] for p in range(req.written, req.written + e)
+        )
 
     def _writes_and_seed(self, req: Request, e: int, group: str) -> tuple[set[int], set[int]]:
         """The canary slots of ``group`` a row writes and the slot its write seeds from (none
