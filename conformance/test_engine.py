@@ -370,13 +370,14 @@ def test_each_fault_class_is_reported_where_it_predicts(
         )
 
 
-@examples(0.02)
-@hypothesis.given(
-    config=engine_configs(**engine_sizes(), min_slots=32).map(
-        lambda c: dataclasses.replace(c, offset=1)
-    ),
-    steps=st.integers(3, 4),
+#: Engines of the draft model's canary (the EAGLE offset 1).
+DRAFT_MODEL_ENGINES = engine_configs(**engine_sizes(), min_slots=32).map(
+    lambda c: dataclasses.replace(c, offset=1)
 )
+
+
+@examples(0.02)
+@hypothesis.given(config=DRAFT_MODEL_ENGINES, steps=st.integers(3, 4))
 def test_draft_steps_verify_drafts_past_the_snapshot(impl, device, config, steps):
     """The draft model's multi-step draft (its canary with the EAGLE offset): after the third draft step a verify reads drafts past the snapshot, whose expected tokens the valid length cuts off, and the implementation equals the reference after every launch while the ring stays empty."""
     engine = Engine(config)
@@ -400,12 +401,7 @@ def test_draft_steps_verify_drafts_past_the_snapshot(impl, device, config, steps
 
 
 @examples(0.02)
-@hypothesis.given(
-    config=engine_configs(**engine_sizes(), min_slots=32).map(
-        lambda c: dataclasses.replace(c, offset=1)
-    ),
-    steps=st.integers(3, 4),
-)
+@hypothesis.given(config=DRAFT_MODEL_ENGINES, steps=st.integers(3, 4))
 def test_a_recycled_row_s_draft_reads_stop_at_its_own_snapshot(impl, device, config, steps):
     """A pool row recycled from a longer owner to a shorter one keeps the old owner's tokens past the new owner's: the draft model's multi-step draft then verifies drafts past the new owner's snapshot, whose expected tokens the valid length cuts off before the stale tail, and the implementation equals the reference after every launch while the ring stays empty."""
     engine = Engine(config)
