@@ -24,7 +24,10 @@ node shares. The times follow SGLang's ``mem_cache/unified_cache/unified_tree_co
 The walk's choices are held to SGLang's own methods, run from source over the same tree, by
 ``conformance/sglang/memory.py`` (:func:`conformance.sglang.memory.eviction_departures`). The
 node boundaries and times are this module's reading of the tree core, not run: its match and
-insert need the serving stack.
+insert need the serving stack. So is the amount asked for: the engine allocates row by row and
+asks for what the row lacks, where SGLang asks once a batch (for an extend batch on pages
+larger than one slot, a conservative count: the extend tokens plus a page a request), a named
+difference of the model.
 """
 
 from __future__ import annotations
