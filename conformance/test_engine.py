@@ -370,40 +370,9 @@ def test_each_fault_class_is_reported_where_it_predicts(
         )
 
 
-#: Engines of the draft model's canary (the EAGLE offset 1).
-DRAFT_MODEL_ENGINES = engine_configs(**engine_sizes(), min_slots=32).map(
-    lambda c: dataclasses.replace(c, offset=1)
-)
-
-
-@examples(0.02)
-@hypothesis.given(config=DRAFT_MODEL_ENGINES, steps=st.integers(3, 4))
-def test_draft_steps_verify_drafts_past_the_snapshot(impl, device, config, steps):
-    """The draft model's multi-step draft (its canary with the EAGLE offset): after the third draft step a verify reads drafts past the snapshot, whose expected tokens the valid length cuts off, and the implementation equals the reference after every launch while the ring stays empty."""
-    engine = Engine(config)
-    oracle = OracleRun(engine)
-    run_impl = ImplRun(impl, device, engine, oracle.states)
-    warm_up(engine, lambda step: run_step(
-        run_impl, oracle, step, what=f"step {engine.steps} ({engine.log[-1]})",
-        config=engine.describe(),
-    ))  # fmt: skip
-    forwards = engine.draft_decode(steps)
-    hypothesis.assume(len(forwards) == steps)  # a row had room for every draft
-    for forward in forwards:
-        run_step(
-            run_impl, oracle, forward, what=f"draft step {engine.steps} ({engine.log[-1]})",
-            config=engine.describe(),
-        )  # fmt: skip
-    if oracle.index:
-        fail(f"{oracle.index} reports on a correct draft", config=engine.describe())
-    if not engine.events["an expected-token read cut off by the valid length"]:
-        fail("no draft step verified a draft past the snapshot", config=engine.describe())
-
-
-@examples(0.02)
-@hypothesis.given(config=DRAFT_MODEL_ENGINES, steps=st.integers(3, 4))
-def test_a_recycled_row_s_draft_reads_stop_at_its_own_snapshot(impl, device, config, steps):
-    """A pool row recycled from a longer owner to a shorter one keeps the old owner's tokens past the new owner's: the draft model's multi-step draft then verifies drafts past the new owner's snapshot, whose expected tokens the valid length cuts off before the stale tail, and the implementation equals the reference after every launch while the ring stays empty."""
+def _engine_and_run(impl, device, config):
+    """An engine of ``config``, the reference's run of it, and ``run(step)``: one step on the
+    implementation and the reference, compared after every launch."""
     engine = Engine(config)
     oracle = OracleRun(engine)
     run_impl = ImplRun(impl, device, engine, oracle.states)
@@ -414,17 +383,46 @@ def test_a_recycled_row_s_draft_reads_stop_at_its_own_snapshot(impl, device, con
             config=engine.describe(),
         )  # fmt: skip
 
-    hypothesis.assume(config.context_len - config.offset > 3)  # longer than the next owner
-    engine.admit(config.context_len - config.offset)
-    run(engine.prefill(config.context_len))
-    engine.finish(0)  # its row goes back with its tokens
-    engine.admit(2)  # the shorter owner takes the row (the last freed)
-    run(engine.prefill(config.context_len))
+    return engine, oracle, run
+
+
+def _draft(engine, oracle, run, steps: int, reached: str) -> None:
+    """The draft model's multi-step draft of ``steps`` steps through ``run`` (discarded unless a
+    row had room for every draft): no report, and the situation ``reached`` met."""
     forwards = engine.draft_decode(steps)
     hypothesis.assume(len(forwards) == steps)
     for forward in forwards:
         run(forward)
     if oracle.index:
         fail(f"{oracle.index} reports on a correct draft", config=engine.describe())
-    if not engine.events["a plan read past the snapshot of a row a longer owner left"]:
-        fail("no draft step read past the snapshot of a recycled row", config=engine.describe())
+    if not engine.events[reached]:
+        fail(f"the draft steps never reached: {reached}", config=engine.describe())
+
+
+#: Engines of the draft model's canary (the EAGLE offset 1).
+DRAFT_MODEL_ENGINES = engine_configs(**engine_sizes(), min_slots=32).map(
+    lambda c: dataclasses.replace(c, offset=1)
+)
+
+
+@examples(0.02)
+@hypothesis.given(config=DRAFT_MODEL_ENGINES, steps=st.integers(3, 4))
+def test_draft_steps_verify_drafts_past_the_snapshot(impl, device, config, steps):
+    """The draft model's multi-step draft (its canary with the EAGLE offset): after the third draft step a verify reads drafts past the snapshot, whose expected tokens the valid length cuts off, and the implementation equals the reference after every launch while the ring stays empty."""
+    engine, oracle, run = _engine_and_run(impl, device, config)
+    warm_up(engine, run)
+    _draft(engine, oracle, run, steps, "an expected-token read cut off by the valid length")
+
+
+@examples(0.02)
+@hypothesis.given(config=DRAFT_MODEL_ENGINES, steps=st.integers(3, 4))
+def test_a_recycled_row_s_draft_reads_stop_at_its_own_snapshot(impl, device, config, steps):
+    """A pool row recycled from a longer owner to a shorter one keeps the old owner's tokens past the new owner's: the draft model's multi-step draft then verifies drafts past the new owner's snapshot, whose expected tokens the valid length cuts off before the stale tail, and the implementation equals the reference after every launch while the ring stays empty."""
+    engine, oracle, run = _engine_and_run(impl, device, config)
+    hypothesis.assume(config.context_len - config.offset > 3)  # longer than the next owner
+    engine.admit(config.context_len - config.offset)
+    run(engine.prefill(config.context_len))
+    engine.finish(0)  # its row goes back with its tokens
+    engine.admit(2)  # the shorter owner takes the row (the last freed)
+    run(engine.prefill(config.context_len))
+    _draft(engine, oracle, run, steps, "a plan read past the snapshot of a row a longer owner left")

@@ -133,8 +133,9 @@ class Eviction(Allocators):
         path left as the prefix of another is dropped (its pages are the other's). The pages of
         each node evicted, in order."""
         p = self.config.page_size
-        heap = [(t, i, first) for t, i, _, first in self.evictable_leaves()]
-        entries = {i: e for _, i, e, _ in self.evictable_leaves()}
+        leaves = self.evictable_leaves()
+        heap = [(t, i, first) for t, i, _, first in leaves]
+        entries = {i: e for _, i, e, _ in leaves}
         heapq.heapify(heap)
         freed, evicted = 0, []
         while freed < tokens and heap:

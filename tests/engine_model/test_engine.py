@@ -159,10 +159,9 @@ def test_every_fault_has_a_place_after_the_warm_up(kind):
     assert fault.slots or fault.entries or engine.hooks.positions_fault or engine.hooks.accept_fault
 
 
-def test_an_insert_rebinds_a_row_that_computed_a_cached_prefix_again():
-    """A request admitted with a cached prefix's tokens computes them again into pages of its
-    own; its insert rebinds its row to the cache's pages and frees its own (the duplicates),
-    and the canary stays silent over the rest of the history."""
+def _a_twin_after_the_warm_up():
+    """An engine after the warm-up with a request admitted with its first cached prefix's tokens
+    (computed again): ``(engine, oracle, that prefix, the request's id)``."""
     config = EngineConfig(
         page_size=2, num_pages=32, pool_rows=6, context_len=16, mode=RealKvHashMode.ALL, seed=9
     )
@@ -170,14 +169,21 @@ def test_an_insert_rebinds_a_row_that_computed_a_cached_prefix_again():
     oracle = OracleRun(engine)
     warm_up(engine, oracle.forward_or_sweep)
     entry = engine.cache[0]
-    rid = engine.admit_twin(0, 1, entry=entry)
+    return engine, oracle, entry, engine.admit_twin(0, 1, entry=entry)
+
+
+def test_an_insert_rebinds_a_row_that_computed_a_cached_prefix_again():
+    """A request admitted with a cached prefix's tokens computes them again into pages of its
+    own; its insert rebinds its row to the cache's pages and frees its own (the duplicates),
+    and the canary stays silent over the rest of the history."""
+    engine, oracle, entry, rid = _a_twin_after_the_warm_up()
     oracle.forward_or_sweep(engine.prefill(16, insert=False))
     req = engine.running[rid]
     own = list(req.pages[: len(entry.pages)])
     assert not set(own) & set(entry.pages)
     engine.insert(0, rid=rid)
     assert req.pages[: len(entry.pages)] == list(entry.pages)
-    p = config.page_size
+    p = engine.config.page_size
     for pos in range(entry.length):
         assert engine.req_to_token[req.row, pos] == entry.pages[pos // p] * p + pos % p
     assert set(own) <= set(engine.free_pages), "the duplicates are freed"
@@ -192,14 +198,7 @@ def test_a_prefill_inserts_what_it_wrote_as_sglang_s_scheduler_does():
     """After an extend forward each prompt row's written prefix is in the prefix cache (SGLang's
     ``cache_unfinished_req`` after every chunk), a row that computed a cached prefix again
     rebound to the cache's pages; a retraction then caches nothing new."""
-    config = EngineConfig(
-        page_size=2, num_pages=32, pool_rows=6, context_len=16, mode=RealKvHashMode.ALL, seed=9
-    )
-    engine = Engine(config)
-    oracle = OracleRun(engine)
-    warm_up(engine, oracle.forward_or_sweep)
-    entry = engine.cache[0]
-    rid = engine.admit_twin(0, 1, entry=entry)
+    engine, oracle, entry, rid = _a_twin_after_the_warm_up()
     before = engine.events["a prefill inserted into the prefix cache"]
     oracle.forward_or_sweep(engine.prefill(3))  # a first chunk
     req = engine.running[rid]
