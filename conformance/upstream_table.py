@@ -398,6 +398,34 @@ DIVERGENCES: dict[int, Divergence] = {
         "repro_24_breakable_prefill_replay_batch.py",
         ("0.5.14", "0.5.23"),
     ),
+    25: Divergence(
+        "under overlap scheduling with decode CUDA graphs the scheduler's write fence ends "
+        "before the canary reads the page table: a finished request's overshoot decode can "
+        "verify its positions at the slots of the request that took its row",
+        "core",
+        "The overlap loop (`managers/scheduler.py`: `event_loop_overlap`) prepares the next "
+        "batch while a forward runs, its page-table writes fenced behind the forward's reads "
+        "of the buffers the scheduler shares (`_apply_war_barrier`). A replayed decode graph "
+        "gives that fence an event recorded before the model's forward: from 0.5.14 just "
+        "before the replay (`war_fastpath_read_done_event`), from 0.5.18 inside the graph "
+        "after the attention backend's metadata (`SharedReadEnds.IN_REPLAY`, the base "
+        "backend's answer for decode). The canary's plan and verify run inside the model's "
+        "forward (`_patch_model_forward`) and read `req_to_token` after that event. A request "
+        "finished by a stop token is still in the next batch, one decode past its end "
+        "(`batch_result_processor.py`); its row is freed while that batch runs, and the batch "
+        "after it can take the row and write its new request's slots there. Where the write "
+        "lands first, the overshoot decode's canary verifies the finished request's positions "
+        "at the new request's slots and reports `CHAIN`, `POSITION` and `REAL_KV` on a "
+        "correct server; the fence allows that order and does not force it. An eager decode "
+        "publishes no event (the fence waits for the whole forward), and 0.5.13 has no "
+        "event. The script reads those facts from the source and verifies a position with "
+        "SGLang's verify launcher at the row as the next batch leaves it; the support "
+        "matrix's overlap rows (`conformance/sglang/overlap.py`) run correct histories "
+        "through SGLang's per-forward runtime in that order, with decode graphs (the first "
+        "report) and without (silent).",
+        "repro_25_overlap_fence_before_canary_reads.py",
+        ("0.5.14", "0.5.23"),
+    ),
 }
 
 

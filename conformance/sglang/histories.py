@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from conformance.sglang import overlap
 from engine_model import Engine, EngineConfig, Forward, Move, Sweep
 from engine_model.vocabulary import (
     DECODE,
@@ -200,6 +201,10 @@ class Scheduling:
     #: KV (as the legs' engines move them; SGLang's paths: :mod:`conformance.sglang.kv_paths`)
     reload_records: bool = True
     restore_records: bool = True
+    #: whether the server overlaps scheduling with the forward: each finish makes its
+    #: overshoot decode, and the next batch's page-table writes may land before that decode's
+    #: canary reads them (:mod:`conformance.sglang.overlap`)
+    overlap: bool = False
 
     def __post_init__(self) -> None:
         if not self.ops or set(self.ops) - set(OPS + MOVE_OPS):
@@ -283,6 +288,10 @@ def _event(engine: Engine, rng, op: str, pick: int, keep, scheduling: Scheduling
     """The scheduler event of ``op`` that comes before a step's forward, if any."""
     if op == "admit":
         engine.admit(int(rng.integers(1, 8)), pick % 3)
+    elif op == "finish" and scheduling.overlap:
+        pad = max(pick % 3, scheduling.min_pad)
+        overlap.finish(engine, pick, scheduling.graphs, pad, int(rng.integers(2, 7)),
+                       scheduling.chunk or PREFILL_CHUNK, keep)  # fmt: skip
     elif op in ("finish", "retract", "readmit", "backup"):
         keep(getattr(engine, op)(pick))
     elif op == "relocate":
