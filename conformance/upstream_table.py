@@ -426,6 +426,28 @@ DIVERGENCES: dict[int, Divergence] = {
         "repro_25_overlap_fence_before_canary_reads.py",
         ("0.5.14", "0.5.23"),
     ),
+    26: Divergence(
+        "a model whose every attention layer slides, served on SGLang's SWA pool, cannot "
+        "start with the canary: the SWA attacher indexes the first layer of a full sub-pool "
+        "that has none (`IndexError`)",
+        "core",
+        "SGLang serves a model it calls hybrid SWA (`is_hybrid_swa_model`) on `SWAKVPool`, "
+        "its full sub-pool one layer per full attention layer (`get_hybrid_layer_ids`). An "
+        "architecture whose every layer slides (`UnlimitedOCRForCausalLM` from 0.5.15; the "
+        "MTP draft modules `MiMoV2MTP` and `Step3p5MTP` on every release) has none, so the "
+        "full sub-pool is an `MHATokenToKVPool` of zero layers and an empty `k_buffer`. "
+        "`install_canary` attaches the canary with `attach_swa`, which builds the full group "
+        "first from `k_buffer[0]` and raises `IndexError` at server start, where a "
+        "`kv-canary:` refusal or a canary over the SWA part alone would be expected. The "
+        "script runs `is_hybrid_swa_model` and `get_hybrid_layer_ids` from the source on "
+        "those architectures, and `attach_swa` from the source on a pool of that shape; the "
+        "support matrix's pure SWA rows run `install_canary` with SGLang's own attachers on "
+        "the pool SGLang's code chooses (`conformance/sglang/model_layers.py`): "
+        "`MistralForCausalLM`, which SGLang does not call hybrid, gets an MHA pool and "
+        "installs.",
+        "repro_26_pure_swa_pool_install.py",
+        ("0.5.13", "0.5.23"),
+    ),
 }
 
 

@@ -19,18 +19,28 @@ what a configuration decides:
 - the model runner: its device, whether it is a draft worker, a pool of the class the
   configuration's model makes (an instance of a class of that name: the registry is looked up
   by the pool's exact class, as SGLang's is), its request pool and sizes;
-- what is built after every refusal: each attacher returns the buffer groups of its kinds
-  (read from the attacher's source: the ``PoolKind`` members its groups are made with), and
-  ``CanaryLaunchCapacities``, ``CanaryManager`` and the model's forward patch record their
-  arguments.
+- the pool: ``attach_mha`` and ``attach_swa`` are SGLang's own (``pool_patcher/adapters``,
+  run), on a pool of the configuration's shape (:func:`_pool`: its layers made as
+  ``MHATokenToKVPool`` makes them, :func:`conformance.sglang.model_layers.layer_buffers`; for
+  ``SWAKVPool`` a full and an SWA sub-pool, the full one of ``full_layers`` layers); the
+  pool's class and layers of a model architecture are SGLang's own choice
+  (:func:`conformance.sglang.model_layers.pool_of`); any other attacher returns the buffer
+  groups of its kinds (read from the attacher's source: the ``PoolKind`` members its groups
+  are made with);
+- what is built after the attachers: ``CanaryLaunchCapacities``, ``CanaryManager`` and the
+  model's forward patch record their arguments.
 
-A stand-in refuses nothing: every refusal :func:`install` reports is raised by SGLang's code.
+A stand-in refuses nothing: every refusal :func:`install` reports is raised by SGLang's code,
+and so is every other exception it reports (``raises``: an error that is not one of
+``install_canary``'s own ``kv-canary:`` refusals).
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
+import importlib
 import logging
 import types
 from dataclasses import dataclass
@@ -38,7 +48,7 @@ from pathlib import Path
 
 import torch
 
-from conformance.sglang import loading
+from conformance.sglang import loading, model_layers
 
 __all__ = ["Installed", "Refused", "Setting", "install", "kv_canary_dir"]
 
@@ -63,6 +73,12 @@ class Setting:
     speculative_num_steps: int | None = None
     disaggregation_mode: str = "null"
     device: str = "cuda"
+    #: the layers of the pool's full part (of ``SWAKVPool``'s full sub-pool; 0: a model whose
+    #: every layer slides)
+    full_layers: int = 1
+    #: a model architecture whose pool SGLang's own code chooses (``pool`` and ``full_layers``
+    #: then its choice: :func:`conformance.sglang.model_layers.pool_of`); empty: ``pool``
+    architecture: str = ""
 
 
 @dataclass(frozen=True)
@@ -89,7 +105,8 @@ class Refused:
     message: str
 
     def __str__(self) -> str:
-        return f"refuses: {self.error}: {self.message}"
+        verb = "refuses" if self.message.startswith("kv-canary") else "raises"
+        return f"{verb}: {self.error}: {self.message}"
 
 
 def kv_canary_dir() -> Path:
@@ -123,8 +140,25 @@ def _registry(api_file: Path) -> dict[str, str]:
     raise LookupError(f"{api_file}: no _POOL_ATTACHERS")
 
 
+#: The attachers run from the installed release on the stand-in pool (:func:`_pool`).
+RUN_ATTACHERS = ("attach_mha", "attach_swa")
+
+
 def _attacher(name: str, kinds: tuple[str, ...]):
-    """An attacher of the registry: the groups of ``kinds``, each recording its offset."""
+    """An attacher of the registry: SGLang's own where :data:`RUN_ATTACHERS` names it, else
+    the groups of ``kinds``, each recording its offset."""
+    if name in RUN_ATTACHERS:
+        loading.manager_modules()
+        for package in ("pool_patcher", "pool_patcher.adapters"):
+            loading.register_package(f"{loading.KV_CANARY}.{package}")
+        module = f"{loading.KV_CANARY}.pool_patcher.adapters.{name.removeprefix('attach_')}"
+        sglang_s = getattr(importlib.import_module(module), name)
+
+        def on_the_cpu(*, device, **kwargs):  # the buffers allocated here, not on the device
+            return sglang_s(device=torch.device("cpu"), **kwargs)
+
+        on_the_cpu.__name__ = name
+        return on_the_cpu
 
     def attach(*, pool, device, read_bytes, kv_token_id_vs_position_offset):
         return tuple(
@@ -225,6 +259,28 @@ def _install_scope(setting: Setting, attach) -> dict:
     }
 
 
+def _pool(setting: Setting, pool_class: type):
+    """A pool of ``pool_class`` (a stand-in class of its name) with the fields the attachers
+    read: its layers' K and V buffers, its page size and buffer-info methods; for
+    ``SWAKVPool`` a full sub-pool of ``setting.full_layers`` layers, an SWA sub-pool of one
+    and the full-to-SWA table."""
+
+    def part(layers: int) -> types.SimpleNamespace:
+        k, v = model_layers.layer_buffers(layers)
+        return types.SimpleNamespace(k_buffer=k, v_buffer=v, page_size=1)
+
+    pool = pool_class()
+    pool.page_size = 1
+    pool.get_contiguous_buf_infos = pool.get_state_buf_infos = lambda: ([], [], [])
+    if setting.pool == SWA_POOL:
+        pool.full_kv_pool, pool.swa_kv_pool = part(setting.full_layers), part(1)
+        pool.full_to_swa_index_mapping = torch.zeros(17, dtype=torch.int64)
+    else:
+        whole = part(setting.full_layers)
+        pool.k_buffer, pool.v_buffer = whole.k_buffer, whole.v_buffer
+    return pool
+
+
 def _runner(setting: Setting, pool_class: type) -> types.SimpleNamespace:
     """A model runner of ``setting``: its device, role, pool and sizes, and the server args a
     release up to 0.5.17 reads the options from."""
@@ -238,7 +294,7 @@ def _runner(setting: Setting, pool_class: type) -> types.SimpleNamespace:
         server_args=server_args,
         device=setting.device,
         is_draft_worker=setting.draft_worker,
-        token_to_kv_pool=pool_class(),
+        token_to_kv_pool=_pool(setting, pool_class),
         token_to_kv_pool_allocator=object(),
         req_to_token_pool=types.SimpleNamespace(
             size=8, req_to_token=torch.zeros(9, 16, dtype=torch.int32), max_context_len=16
@@ -253,6 +309,8 @@ def install(setting: Setting, root: Path | None = None) -> Installed | Refused:
     ``root``) run from its source in ``setting``: what it installs, or the exception it
     raises."""
     root = root or kv_canary_dir()
+    if setting.architecture:
+        setting = dataclasses.replace(setting, **model_layers.pool_of(setting.architecture))
     source = (root / "api.py").read_text()
     registry, pool_classes, attach = _patcher(root)
     scope = _install_scope(setting, attach)
@@ -267,7 +325,7 @@ def install(setting: Setting, root: Path | None = None) -> Installed | Refused:
         manager = scope["install_canary"](
             server_args=runner.server_args, model_runner=runner, token_oracle_manager=None
         )
-    except (AssertionError, ValueError, NotImplementedError, RuntimeError) as error:
+    except (AssertionError, ValueError, NotImplementedError, RuntimeError, IndexError) as error:
         return Refused(type(error).__name__, str(error))
     groups = manager.buffer_groups
     return Installed(
@@ -276,5 +334,7 @@ def install(setting: Setting, root: Path | None = None) -> Installed | Refused:
         swa_window_size=manager.swa_window_size,
         speculative_num_steps=manager.speculative_num_steps,
         is_eagle_draft_decode=manager.is_eagle_draft_decode,
-        kv_token_id_vs_position_offset=groups[0].offset,
+        kv_token_id_vs_position_offset=getattr(
+            groups[0], "kv_token_id_vs_position_offset", getattr(groups[0], "offset", 0)
+        ),
     )

@@ -218,3 +218,50 @@ def test_a_copy_without_the_file_shows_the_run_only(monkeypatch, tmp_path, capsy
     monkeypatch.setattr(matrix, "table", lambda columns: [["x", "y", "z", *[""] * 9]])
     assert matrix.main(["--check", "--cells", "install"]) == 0
     assert "shown only" in capsys.readouterr().out
+
+
+def test_the_pool_of_a_model_is_sglang_s_choice():
+    """SGLang's own ``is_hybrid_swa_model`` and ``get_hybrid_layer_ids`` decide the pool of
+    the pure SWA rows: an MHA pool where it does not call the model hybrid, and an SWA pool
+    without full layers where every layer slides."""
+    from conformance.sglang import model_layers
+
+    assert model_layers.pool_of("MistralForCausalLM", sliding_window=4096) == {
+        "pool": install.MHA_POOL
+    }
+    assert model_layers.pool_of("UnlimitedOCRForCausalLM") == {
+        "pool": install.SWA_POOL, "full_layers": 0,
+    }  # fmt: skip
+    hybrid = model_layers.layer_ids("GptOssForCausalLM",
+                                    layer_types=["sliding_attention", "full_attention"] * 2)  # fmt: skip
+    assert hybrid == ([0, 2], [1, 3])
+
+
+def test_a_release_whose_model_has_full_layers_is_read_as_one(tmp_path):
+    """Able to fail: a release whose ``get_hybrid_layer_ids`` gave the model a full layer."""
+    from conformance.sglang import model_layers
+
+    source = loading.sglang_root() / model_layers.MODEL_CONFIG
+    target = tmp_path / model_layers.MODEL_CONFIG
+    target.parent.mkdir(parents=True)
+    text = source.read_text()
+    at = text.index('elif "UnlimitedOCRForCausalLM" in model_architectures:')
+    old = "full_attention_layer_ids = []"
+    assert old in text[at : at + 300]
+    target.write_text(text[:at] + text[at:].replace(old, "full_attention_layer_ids = [0]", 1))
+    assert model_layers.pool_of("UnlimitedOCRForCausalLM", tmp_path) == {
+        "pool": install.SWA_POOL, "full_layers": 1,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("full_layers", [0, 1])
+def test_install_runs_sglang_s_own_swa_attacher(full_layers):
+    """The SWA pool's canary attached by SGLang's ``attach_swa`` itself: groups of SGLang's
+    ``CanaryBufferGroup`` where the pool has a full layer, and SGLang's ``IndexError`` where it
+    has none ([26]); the stand-in pool indexes nothing itself."""
+    made = install.install(install.Setting(pool=install.SWA_POOL, full_layers=full_layers))
+    if full_layers:
+        assert isinstance(made, install.Installed) and made.groups == ("FULL", "SWA")
+    else:
+        assert made == install.Refused("IndexError", "list index out of range")
+        assert str(made).startswith("raises: IndexError")
