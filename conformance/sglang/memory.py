@@ -31,6 +31,13 @@ to SGLang's spec v2 sizing (:func:`reserve_departures`): ``get_alloc_len_per_dec
 (``mem_cache/allocation_sizing.py``), run from source with the server's options as stand-ins
 (``get_spec``, ``get_alloc_page_size``, ``max_speculative_num_draft_tokens`` and
 ``SpeculativeAlgorithm.from_string``, an EAGLE chain: ``topk`` 1, ``drafts - 1`` steps).
+
+The engine model's SWA frees (every position behind a request's window, after each forward) are
+a named choice beside SGLang's ``free_swa_out_of_window_slots`` (``mem_cache/common.py``, with
+``ReqKvInfo.swa_dead_lo``, ``get_evicted_seqlen`` and ``set_evicted_seqlen`` of
+``managers/schedule_batch.py``), run from source as a prefix-sharing radix cache slides a
+decoding request's window (:func:`swa_free_departures`): whatever SGLang frees, the model has
+freed, and it frees more (SGLang's page-aligned margin and protected prefix).
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ __all__ = [
     "page_allocator",
     "reserve_departures",
     "row_pool",
+    "swa_free_departures",
 ]
 
 
@@ -294,3 +302,56 @@ def reserve_departures(page_sizes=(1, 2, 4, 16, 64), drafts=(2, 3, 4, 5)) -> lis
                         out.append(f"pages of {p}, {n} drafts, {committed} committed, "
                                    f"{pages} pages held: the engine {mine}, SGLang {theirs}")  # fmt: skip
     return out
+
+
+def _swa_free() -> tuple:
+    """SGLang's ``free_swa_out_of_window_slots`` (``mem_cache/common.py``) and the methods of
+    ``ReqKvInfo`` (``managers/schedule_batch.py``) it calls, from source."""
+    align = {"ceil_align": lambda n, k: -(-n // k) * k}
+    component = types.SimpleNamespace(SWA="SWA")
+    scope = {**align, "ComponentType": component, "Callable": None}
+    loading.from_source(_mem_cache() / "common.py", ("free_swa_out_of_window_slots",), scope)
+    batch = loading.sglang_root() / "srt" / "managers" / "schedule_batch.py"
+    kv_methods = loading.methods_from_source(
+        batch, "ReqKvInfo", ("swa_dead_lo", "get_evicted_seqlen", "set_evicted_seqlen"), align
+    )
+    return scope["free_swa_out_of_window_slots"], type("ReqKvInfo", (), kv_methods)
+
+
+def swa_free_departures(page_sizes=(1, 2, 4, 16), windows=(3, 5, 8, 20), length: int = 48):
+    """The engine model's SWA frees (every position behind a request's window, after each
+    forward: :meth:`engine_model.state.EngineState.window_start`) beside SGLang's
+    ``free_swa_out_of_window_slots`` run from source, as its radix cache slides a decoding
+    request's window (``evict_sliding_windows``: the window, prefix sharing, no retain floor,
+    an interval of one), the request's cached prefix protected. Per page size, window,
+    protected prefix and written length: the positions SGLang has freed that the model keeps
+    (departures), and the count of those the model has freed that SGLang keeps (its margin).
+    Returns ``(cases, departures, freed_by_sglang, kept_by_sglang)``, the last two summed
+    over the cases."""
+    free, kv_class = _swa_free()
+    cases, out, theirs, kept = 0, [], 0, 0
+    for p in page_sizes:
+        for w in windows:
+            engine = Engine(EngineConfig(page_size=p, num_pages=64, pool_rows=2,
+                                         context_len=length, swa_window=w, swa_slots=64 * p))  # fmt: skip
+            for protected in range(0, length // 2 + 1, p):
+                kv = kv_class()
+                kv.cache_protected_len, kv.swa_evict_floor, kv.req_pool_idx = protected, 0, 0
+                kv.component_evicted_seqlens, kv.holds_kv = {}, True
+                freed: set[int] = set()
+
+                def segment(slots, start_pos, freed=freed):
+                    freed.update(int(s) - 1000 for s in slots)
+
+                table = types.SimpleNamespace(req_to_token=torch.arange(1000, 1000 + length)[None])
+                for written in range(1, length + 1):
+                    free(types.SimpleNamespace(kv=kv), written, sliding_window_size=w,
+                         page_size=p, req_to_token_pool=table, token_to_kv_pool_allocator=None,
+                         supports_prefix_sharing=True, retain_floor=None, free_segment=segment)  # fmt: skip
+                    mine = set(range(engine.window_start(written)))
+                    cases += 1
+                    if freed - mine:
+                        out.append(f"pages of {p}, window {w}, {protected} protected, "
+                                   f"{written} written: SGLang freed {sorted(freed - mine)}")  # fmt: skip
+                    theirs, kept = theirs + len(freed), kept + len(mine - freed)
+    return cases, out, theirs, kept

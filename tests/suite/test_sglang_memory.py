@@ -90,3 +90,26 @@ def test_a_reserve_of_another_size_is_caught(reserve, monkeypatch):
     """Able to fail: the draft allocation once, or a length not rounded to a page."""
     monkeypatch.setattr(Engine, "verify_alloc_to", OTHER_RESERVES[reserve])
     assert memory.reserve_departures()
+
+
+def test_the_engine_frees_every_swa_slot_sglang_s_window_slide_frees():
+    """A named choice (CONTRACT §12): the model frees a request's SWA slots behind its window
+    after each forward, SGLang's radix cache page-aligned with a margin of a page and above the
+    protected prefix, before its next decode's allocation. Whatever SGLang's code, run from
+    source, has freed, the model has freed too: SWA slots are reused no later in the
+    histories than on a server, and the model frees more."""
+    cases, departures, theirs, kept = memory.swa_free_departures()
+    assert cases > 1000 and theirs > 0 and kept > 0
+    assert departures == []
+
+
+def test_an_swa_free_later_than_sglang_s_is_caught(monkeypatch):
+    """Able to fail: a model that kept a page behind its window frees less than SGLang."""
+    from engine_model.state import EngineState
+    from engine_model.vocabulary import SWA
+
+    real = EngineState.window_start
+    monkeypatch.setattr(EngineState, "window_start",
+                        lambda self, prefix, group=SWA: max(0, real(self, prefix, group) - 4))  # fmt: skip
+    _, departures, _, _ = memory.swa_free_departures(page_sizes=(1, 2), windows=(3,))
+    assert departures
