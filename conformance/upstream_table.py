@@ -368,7 +368,8 @@ DIVERGENCES: dict[int, Divergence] = {
         "script runs `move_kv_cache` with the native move and `_slot_move_pointer_buffers` "
         "(the buffers the default move copies) from their source, and `kv_paths` runs the "
         "same (shown on 0.5.20 and 0.5.23; 0.5.13's pool has another shape, not run). The "
-        "engine model has no tree of drafts: no history runs that path.",
+        "support matrix's EAGLE tree row makes that move after each of the target model's "
+        "tree verifies (`conformance/sglang/tree.py`), where [27] reports first.",
         "repro_23_kv_moves_leave_records_behind.py",
         ("0.5.13", "0.5.23"),
     ),
@@ -446,6 +447,27 @@ DIVERGENCES: dict[int, Divergence] = {
         "`MistralForCausalLM`, which SGLang does not call hybrid, gets an MHA pool and "
         "installs.",
         "repro_26_pure_swa_pool_install.py",
+        ("0.5.13", "0.5.23"),
+    ),
+    27: Divergence(
+        "with EAGLE drafting a tree (`topk` > 1) every target verify writes sibling drafts at "
+        "one position: the chain position assert reports `WRITE_POSITION` on a correct server",
+        "core",
+        "EAGLE's tree verify (`speculative/eagle_utils.py`: `build_tree_kernel_efficient`, a "
+        "CUDA kernel, read) gives each draft node the position of its depth, so siblings share "
+        "a position, while its `out_cache_loc` runs over the request's next "
+        "`draft_token_num` slots. The canary plans the verify's writes from `seq_lens` and the "
+        "draft count (`PlanInput`, `TARGET_VERIFY`) and writes the batch's positions; with the "
+        "chain position assert on, each write must be its previous record's position plus "
+        "one, so a sibling written after its brother reports `WRITE_POSITION_MISMATCH` at "
+        "every tree verify, with no fault anywhere. The script runs SGLang's write launcher "
+        "on four nodes at depths 0, 1, 1 and 2 after a prompt (one row) and on a chain of "
+        "four (none); the support matrix's EAGLE tree row runs the target model's correct "
+        "history with tree verifies (`conformance/sglang/tree.py`: two nodes at every depth, "
+        "the accepted path's KV moved as SGLang's `move_kv_cache` moves it) through SGLang's "
+        "per-forward runtime and shows `WRITE_POSITION` in `TARGET_VERIFY` at its first "
+        "verify. The draft model's tree decode (`topk` tokens a step) is not modelled.",
+        "repro_27_tree_verify_write_position.py",
         ("0.5.13", "0.5.23"),
     ),
 }

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from conformance.sglang import overlap
+from conformance.sglang import overlap, tree
 from engine_model import Engine, EngineConfig, Forward, Move, Sweep
 from engine_model.vocabulary import (
     DECODE,
@@ -205,6 +205,12 @@ class Scheduling:
     #: overshoot decode, and the next batch's page-table writes may land before that decode's
     #: canary reads them (:mod:`conformance.sglang.overlap`)
     overlap: bool = False
+    #: whether EAGLE drafts a tree (``topk`` 2): each target verify as SGLang's tree verify
+    #: launches it, then its accepted path's KV moved without the records
+    #: (:mod:`conformance.sglang.tree`)
+    tree: bool = False
+    #: whether the move of a tree's accepted path carries the canary's records with the KV
+    tree_records: bool = True
 
     def __post_init__(self) -> None:
         if not self.ops or set(self.ops) - set(OPS + MOVE_OPS):
@@ -311,7 +317,16 @@ def _forward(
     engine: Engine, op: str, pick: int, chunk: int, keep, on_sweep, scheduling: Scheduling
 ) -> None:
     """The step of ``op`` (a prefill, or else the scheduling's fallback, after a scheduler
-    event)."""
+    event); a tree server's target verifies as :func:`conformance.sglang.tree.verify` makes
+    them."""
+    if scheduling.tree:
+        plain = keep
+
+        def keep(*made) -> None:
+            for one in made:
+                for step in one if isinstance(one, list) else [one]:
+                    plain(tree.verify(engine, step, records=scheduling.tree_records))
+
     graphs, pad = scheduling.graphs, max(pick % 3, scheduling.min_pad)
     whole = scheduling.chunk or PREFILL_CHUNK  # a step's prefill before its fallback
     if op == "prefill":

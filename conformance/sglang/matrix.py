@@ -125,11 +125,17 @@ class Model:
         """Why no fault trial runs (empty: they do)."""
         if self.prefill_graphs:  # its correct history raises at its first prefill ([24])
             return "a correct history does not run through (the history cell)"
+        if self.not_modelled:
+            return self.not_modelled
         if self.scheduling.overlap:
             return "the fault trials settle in turn, not in the overlap order"
+        if self.scheduling.tree:
+            return "the fault trials settle in a chain's verifies, not a tree's"
         return "" if self.settle_modes else "no fault settles without a decode"
 
     prefill_graphs: bool = False
+    #: why the leg runs no history of this model (empty: it does)
+    not_modelled: str = ""
 
 
 DRAFT_DECODE_SETTLE, DRAFT_EXTEND_SETTLE = DRAFT_SETTLE_MODES
@@ -166,12 +172,15 @@ def served(scheduling: Scheduling) -> Scheduling | str:
     (:func:`conformance.sglang.kv_paths.carries`, run on the installed release), or why it
     cannot be (a path its events take that does not run on this release)."""
     unknown = [p for op, p in PATHS.items() if op in scheduling.ops and kv_paths.carries(p) is None]
+    if scheduling.tree and kv_paths.carries(kv_paths.EAGLE_TREE) is None:
+        unknown.append(kv_paths.EAGLE_TREE)
     if unknown:
         return f"not run: the {unknown[0]} path does not run on this release"
     return dataclasses.replace(
         scheduling,
         reload_records=bool(kv_paths.carries(kv_paths.HICACHE)),
         restore_records=bool(kv_paths.carries(kv_paths.RETRACTION_BACKUP)),
+        tree_records=bool(kv_paths.carries(kv_paths.EAGLE_TREE)),
     )
 
 
@@ -180,6 +189,14 @@ def served(scheduling: Scheduling) -> Scheduling | str:
 OVERLAP = Model("model", 0, Scheduling(PLAIN_OPS, overlap=True), ())
 OVERLAP_EAGER = Model("model", 0, Scheduling(PLAIN_OPS, graphs=False, overlap=True), (),
                       EAGER.shows)  # fmt: skip
+#: EAGLE drafting a tree: the target's verifies as SGLang's tree verify launches them, each
+#: accepted path's KV moved without the records (tree); the draft model's tree decode (``topk``
+#: tokens a step) is not modelled.
+TARGET_TREE = Model("target", 0, Scheduling(TARGET_OPS, fallback="verify", tree=True), (),
+                    TARGET.shows)  # fmt: skip
+DRAFT_TREE = Model("draft", 1, Scheduling(DRAFT_OPS, fallback="draft"), (), DRAFT.shows,
+                   not_modelled="the engine model's draft decode writes one token a step, a "
+                   "tree's draft decode topk")  # fmt: skip
 UNCHUNKED = Model(
     "model", 0, Scheduling(PLAIN_OPS, chunk=histories.CONTEXT_LEN), (GRAPH_DECODE, MIXED)
 )
@@ -203,11 +220,6 @@ class Row:
 
     def why_not_run(self) -> str:
         """Why the leg runs no history of the row (empty: it does)."""
-        if self.not_run == TREE:
-            carried = kv_paths.carries(kv_paths.EAGLE_TREE)
-            moved = {None: "does not run on this release", True: "carries the canary's records",
-                     False: "leaves the canary's records behind ([23])"}[carried]  # fmt: skip
-            return f"the engine model has no tree of drafts; SGLang's move of the accepted path, run alone (kv_paths), {moved}"
         if self.not_run != WHERE_REFUSED:
             return self.not_run
         if all(isinstance(install(s), Refused) for s in self.settings):
@@ -218,9 +230,6 @@ class Row:
 _EAGLE = (Setting(speculative_num_steps=3), Setting(draft_worker=True, speculative_num_steps=3))
 #: A row the leg runs no history of: where the canary does not install.
 WHERE_REFUSED = "where refused"
-#: The EAGLE tree's row: no history (no tree of drafts in the engine model); its cell says what
-#: SGLang's move of a tree's accepted path carries (kv_paths).
-TREE = "tree"
 #: The rows, each one option away from the baseline (the first).
 ROWS = (
     Row("baseline: decode CUDA graphs, no prefill graphs, mixed chunks, MHA, pages of 1 slot"),
@@ -232,7 +241,7 @@ ROWS = (
         not_run=WHERE_REFUSED,
         installed="the leg replays the canary's kernels in a graph, not its torch reference"),
     Row("EAGLE, a chain of drafts (topk 1)", _EAGLE, (TARGET, DRAFT)),
-    Row("EAGLE, a tree of drafts (topk 2)", _EAGLE, not_run=TREE),
+    Row("EAGLE, a tree of drafts (topk 2)", _EAGLE, (TARGET_TREE, DRAFT_TREE)),
     Row("DP attention (graph batches padded across ranks)", models=(PADDED,)),
     Row("hierarchical cache (HiCache)", models=(HICACHE_MODEL,)),
     Row("PD disaggregation, decode side", (Setting(disaggregation_mode="decode"),), (PD_DECODE,)),
@@ -287,6 +296,8 @@ def history_outcome(row: Row, model: Model, index: int = 0) -> str:
     ``silent``, or what happened first."""
     from conformance.sglang import manager_run
 
+    if model.not_modelled:
+        return f"not run: {model.not_modelled}"
     scheduling = served(model.scheduling)
     if isinstance(scheduling, str):
         return scheduling

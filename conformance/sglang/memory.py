@@ -308,7 +308,7 @@ def _swa_free() -> tuple:
     """SGLang's ``free_swa_out_of_window_slots`` (``mem_cache/common.py``) and the methods of
     ``ReqKvInfo`` (``managers/schedule_batch.py``) it calls, from source."""
     align = {"ceil_align": lambda n, k: -(-n // k) * k}
-    component = types.SimpleNamespace(SWA="SWA")
+    component = types.SimpleNamespace(SWA=object())  # ComponentType.SWA: a key
     scope = {**align, "ComponentType": component, "Callable": None}
     loading.from_source(_mem_cache() / "common.py", ("free_swa_out_of_window_slots",), scope)
     batch = loading.sglang_root() / "srt" / "managers" / "schedule_batch.py"

@@ -22,7 +22,8 @@ _slot_move_pointer_buffers). The canary's records of the new slots stay whatever
 held, so the next verify of the moved positions (a decode's, or the cache sweep's) reports them
 on a correct server. The KV-canary conformance suite's support matrix
 (conformance/sglang/matrix.py) runs the first two paths on correct histories through SGLang's
-per-forward runtime and shows the reports; its engine model has no tree of drafts.
+per-forward runtime and shows the reports, and makes the third after each tree verify of its
+EAGLE tree row.
 
 Runs SGLang's own code: MHATokenToKVPool.get_cpu_copy, load_cpu_copy, _mha_buffers,
 move_kv_cache (with the native move) and _slot_move_pointer_buffers from their source (the module imports SGLang's serving stack) on a pool of two layers, SGLang's write

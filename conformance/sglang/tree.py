@@ -1,0 +1,89 @@
+"""EAGLE drafting a tree (``topk`` > 1), for the target model's histories of the support
+matrix's tree row: each target verify as SGLang's tree verify launches it, then the accepted
+path's KV moved to the front of the request's block as SGLang moves it.
+
+SGLang builds the verify's tree (``speculative/eagle_utils.py``: ``build_tree_kernel_efficient``,
+read): ``speculative_num_draft_tokens`` nodes a request, in the order of their slots
+(``out_cache_loc`` runs over ``[seq_len, seq_len + draft_token_num)`` of the request's row),
+each at the position of its depth, ``seq_len + depth`` ("if depth of each draft token is [0, 1,
+1, 2] and the prompt length is 7, then positions = [7, 8, 8, 9]"), siblings at one position.
+The canary's ``PlanInput`` plans the verify's writes from ``seq_lens`` and the draft count and
+the write takes the batch's ``positions`` (``kv_canary/plan_input.py``, run by the leg). After
+the verify, ``_finalize_accept_tree_path`` (read) moves the accepted path's KV to the slots of
+depths ``1 .. accepted`` through the pool's ``move_kv_cache``, which moves the K and V buffers
+alone: the records stay (:mod:`conformance.sglang.kv_paths`, run, [23]).
+
+The tree here (:func:`depth`, a named choice: SGLang's shape follows the draft model's scores)
+has two nodes at every depth past the root, ``topk`` 2: the node on the path the target accepts
+(the engine model's chain of drafts, its tokens) and a sibling with a token of its own. A
+verify of the engine model (:meth:`engine_model.Engine.target_verify`) becomes that tree's
+(:func:`as_tree`): its slots, KV and rows as the engine planned them, node ``j``'s token and
+position the tree's. The engine accepts a prefix of its chain; the move takes the path's nodes
+at the depths it accepted, those the tree holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+
+from engine_model import Engine, Forward, Move
+from engine_model.steps import MoveGroup
+from engine_model.vocabulary import FULL, TARGET_VERIFY
+
+__all__ = ["TOPK", "as_tree", "depth", "verify"]
+
+#: The tree's branching: two nodes at every depth past the root.
+TOPK = 2
+#: A sibling's token: the path's token at its depth with these bits flipped (another token).
+_SIBLING = 0x5A5A
+_keys = itertools.count(1 << 40)  # the moves' host copies, apart from the engine's own
+
+
+def depth(j: int) -> int:
+    """The depth of node ``j`` (0: the root, the sampled token): the path's node of depth
+    ``d`` is node ``2 d - 1``, its sibling node ``2 d``."""
+    return (j + 1) // 2
+
+
+def as_tree(engine: Engine, forward: Forward, records: bool = False) -> list:
+    """``forward`` (a target verify the engine just made) as SGLang launches a tree verify,
+    then the move of each row's accepted path, save and load (none where nothing moves), the
+    records left behind (``records``: moved with the KV)."""
+    plan, write = forward.plan, forward.write
+    ids, positions = write["input_ids"].copy(), write["positions"].copy()
+    slots = forward.groups[0].out_cache_loc
+    owners = {r.row: r for r in engine.running.values()}
+    sources, targets = [], []
+    for b, row in enumerate(plan["req_pool_indices"].tolist()):
+        at = np.flatnonzero(forward.token_rows == b)
+        if row == 0 or row not in owners or not len(at):  # a padding row keeps its tokens
+            continue
+        prefix, chain = int(plan["prefix_lens"][b]), ids[at].copy()
+        for j in range(1, len(at)):
+            positions[at[j]] = prefix + depth(j)
+            ids[at[j]] = chain[depth(j)] ^ (0 if j % 2 else _SIBLING)
+        accepted = min(owners[row].written - prefix - 1, depth(len(at) - 1))
+        for d in range(2, accepted + 1):  # the path's node 2d - 1 to the slot of depth d
+            sources.append(int(slots[at[2 * d - 1]]))
+            targets.append(int(slots[at[d]]))
+    tree = dataclasses.replace(forward, write={**write, "input_ids": ids, "positions": positions})
+    if not sources:
+        return [tree]
+    key, n = next(_keys), len(sources)
+    save = Move("accept", key, True, (MoveGroup(FULL, np.asarray(sources, dtype=np.int64)),))
+    load = Move("accept", key, False, (MoveGroup(
+        FULL, np.asarray(targets, dtype=np.int64), kv_from=np.arange(n, dtype=np.int64),
+        records_from=np.arange(n, dtype=np.int64) if records else np.full(n, -1, dtype=np.int64),
+    ),))  # fmt: skip
+    return [tree, save, load]
+
+
+def verify(engine: Engine, made, records: bool = False) -> list:
+    """What a tree server runs for the engine's step ``made``: a target verify as
+    :func:`as_tree` makes it, anything else as made."""
+    if isinstance(made, Forward) and made.mode == TARGET_VERIFY and engine.lut is None:
+        return as_tree(engine, made, records)
+    return [made] if made is not None else []

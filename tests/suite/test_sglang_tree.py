@@ -1,0 +1,110 @@
+"""EAGLE drafting a tree (``conformance/sglang/tree.py``): a target verify as SGLang's tree
+verify launches it, the accepted path's KV moved, and the support matrix's tree row ([27])."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import reference
+from conformance.sglang import histories, manager_run, matrix, tree
+from engine_model import Engine, Forward, Move
+from engine_model.vocabulary import TARGET_VERIFY
+
+ROW = next(r for r in matrix.ROWS if "tree" in r.option)
+TARGET = ROW.models[0]
+
+
+def _verifies():
+    """The chain verifies of history 0 of the tree row's target model, each with the engine
+    as it is right after it, and the tree steps made of them."""
+    engine = Engine(matrix._config(ROW, TARGET, 0))
+    made = []
+    real = tree.as_tree
+
+    def spy(engine, forward, records=False):
+        steps = real(engine, forward, records)
+        made.append((forward, steps))
+        return steps
+
+    tree.as_tree = spy
+    try:
+        histories.history(0, engine=engine, scheduling=matrix.served(TARGET.scheduling))
+    finally:
+        tree.as_tree = real
+    return made
+
+
+def test_a_tree_verify_writes_each_node_at_its_depth_in_the_engine_s_slots():
+    made = _verifies()
+    assert made
+    for chain, (verify, *moves) in made:
+        assert verify.mode == TARGET_VERIFY
+        assert (verify.groups[0].out_cache_loc == chain.groups[0].out_cache_loc).all()
+        for b, row in enumerate(chain.plan["req_pool_indices"].tolist()):
+            at = np.flatnonzero(chain.token_rows == b)
+            if row == 0:
+                assert (verify.write["positions"][at] == chain.write["positions"][at]).all()
+                continue
+            prefix = int(chain.plan["prefix_lens"][b])
+            depths = [tree.depth(j) for j in range(len(at))]
+            assert verify.write["positions"][at].tolist() == [prefix + d for d in depths]
+            ids, path = verify.write["input_ids"][at], chain.write["input_ids"][at]
+            for j in range(1, len(at)):  # the path's node holds the chain's token, a sibling not
+                assert (ids[j] == path[depths[j]]) == (j % 2 == 1)
+        for save, load in zip(moves[::2], moves[1::2], strict=True):
+            assert save.save and not load.save and save.key == load.key
+            assert (load.groups[0].records_from == -1).all()
+
+
+def test_the_accepted_path_s_kv_goes_to_the_slots_of_its_depths():
+    moved = 0
+    for chain, (_, *moves) in _verifies():
+        rows = [chain.groups[0].out_cache_loc[chain.token_rows == b].tolist()
+                for b in range(len(chain.plan["req_pool_indices"]))]  # fmt: skip
+        for save, load in zip(moves[::2], moves[1::2], strict=True):
+            pairs = zip(save.groups[0].slots.tolist(), load.groups[0].slots.tolist(), strict=True)
+            for source, target in pairs:  # node 2d - 1 to node d (d >= 2), of one row
+                (row,) = [r for r in rows if target in r]
+                assert row.index(target) >= 2
+                assert row.index(source) == 2 * row.index(target) - 1
+                moved += 1
+    assert moved, "no accepted path of history 0 went past depth 1"
+
+
+@pytest.mark.parametrize("topk", [1, 2])
+def test_the_tree_row_reports_only_with_a_tree(topk):
+    """History 0 of the tree row's target through SGLang's runtime: silent as a chain (the
+    EAGLE chain row's target), and ``WRITE_POSITION`` in ``TARGET_VERIFY`` first as a tree,
+    whether or not the move carries the records: the write's own report."""
+    for records in (False, True) if topk == 2 else (False,):
+        served = matrix.served(TARGET.scheduling)
+        scheduling = dataclasses.replace(served, tree=topk == 2, tree_records=records)
+        engine, reference_run, side = manager_run.sides(matrix._config(ROW, TARGET, 0))
+        first = []
+
+        def run(step, side=side, reference_run=reference_run, first=first):
+            side.run(reference_run, step)
+            if side.fired and not first:
+                first.append(sorted(side.fired))
+
+        histories.history(0, run=run, engine=engine, scheduling=scheduling)
+        if topk == 1:
+            assert not side.fired
+            continue
+        (label, _, bits), *_ = first[0]
+        assert "TARGET_VERIFY" in label, first[0]
+        assert bits == int(reference.FailReason.WRITE_POSITION_MISMATCH), first[0]
+
+
+def test_a_step_that_is_no_target_verify_is_run_as_made():
+    engine = Engine(matrix._config(ROW, TARGET, 0))
+    engine.admit(3, 0)
+    prefill = engine.prefill(6)
+    assert isinstance(prefill, Forward)
+    assert tree.verify(engine, prefill) == [prefill]
+    assert tree.verify(engine, None) == []
+    move = Move("accept", 1, True, ())
+    assert tree.verify(engine, move) == [move]
