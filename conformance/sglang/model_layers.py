@@ -4,10 +4,12 @@ code: ``is_hybrid_swa_model`` and ``get_hybrid_layer_ids`` of ``configs/model_co
 module's architecture lists (``MIMO_V2_MODEL_ARCHS``, ``SWA_SINK_ARCHS``) on a stand-in of the
 model's Hugging Face text config.
 
-A model SGLang calls hybrid SWA is served on ``SWAKVPool`` (``kv_cache_configurator.py``, read:
-``--enable-unified-memory`` is off by default), its full sub-pool made with one layer per full
-attention layer and its SWA sub-pool with one per sliding layer; any other model on
-``MHATokenToKVPool``, its window (if any) applied by the attention backend alone. Layers of the
+A model SGLang calls hybrid SWA is served on ``SWAKVPool`` where ``--enable-unified-memory`` is
+off by default (:func:`unified_memory_by_default`, read from the release's server options; the
+pool classes of ``kv_cache_configurator.py`` read, not run), on its unified pool otherwise; the
+full sub-pool made with one layer per full attention layer and the SWA sub-pool with one per
+sliding layer; any other model on ``MHATokenToKVPool``, its window (if any) applied by the
+attention backend alone. Layers of the
 sub-pools are made as ``MHATokenToKVPool._create_buffers_normal`` makes them (:func:`layer_buffers`,
 run from source where the release has it)."""
 
@@ -21,7 +23,7 @@ import torch
 
 from conformance.sglang import loading
 
-__all__ = ["layer_buffers", "pool_of"]
+__all__ = ["layer_buffers", "pool_of", "unified_memory_by_default"]
 
 MODEL_CONFIG = "srt/configs/model_config.py"
 MEMORY_POOL = "srt/mem_cache/memory_pool.py"
@@ -58,6 +60,18 @@ def layer_ids(architecture: str, root=None, **config) -> tuple[list[int], list[i
     return list(swa or []), list(full or [])
 
 
+def unified_memory_by_default(root=None) -> bool:
+    """Whether the release serves hybrid models on its unified memory pool by default: the
+    default of ``enable_unified_memory`` in ``arg_groups/fields/memory.py`` (a release without
+    that file, up to 0.5.19, has no unified pool)."""
+    path = (loading.sglang_root() if root is None else root) / "srt/arg_groups/fields/memory.py"
+    if not path.is_file():
+        return False
+    text = path.read_text()
+    at = text.find("enable_unified_memory: A[")
+    return at >= 0 and text[text.index("] = ", at) :].startswith("] = True")
+
+
 def pool_of(architecture: str, root=None, **config) -> dict:
     """The ``Setting`` fields of the pool SGLang makes for a model of ``architecture``: the
     class, and for ``SWAKVPool`` its full sub-pool's layers."""
@@ -66,6 +80,8 @@ def pool_of(architecture: str, root=None, **config) -> dict:
     ids = layer_ids(architecture, root, **config)
     if ids is None:
         return {"pool": MHA_POOL}
+    if unified_memory_by_default(root):
+        return {"pool": "UnifiedSWAKVPool", "full_layers": len(ids[1])}
     return {"pool": SWA_POOL, "full_layers": len(ids[1])}
 
 

@@ -14,8 +14,8 @@ read from the installed release's source (:func:`read_done_before_the_canary`):
   (from 0.5.14: before the replay; from 0.5.18: in the graph, after the attention backend's
   metadata, ``SharedReadEnds.IN_REPLAY``), the next batch's page-table writes may land before
   the canary's per-forward code, which runs inside the model's forward
-  (``kv_canary/api.py``: ``_patch_model_forward``), reads that row. A forward that replays no
-  graph publishes no event: the fence waits for the whole forward.
+  (``kv_canary/api.py``: ``_patch_model_forward``), reads that row. An eager decode publishes
+  no event (:func:`eager_decode_is_fenced`): the fence waits for the whole forward.
 
 :func:`finish` makes the first in an engine's history: the overshoot decode, the release, and
 the next waiting request admitted into the freed row and prefilled, as a loaded server's next
@@ -34,11 +34,12 @@ import numpy as np
 from conformance.sglang import loading
 from engine_model import Engine, Forward
 
-__all__ = ["as_read", "finish", "read_done_before_the_canary"]
+__all__ = ["as_read", "eager_decode_is_fenced", "finish", "read_done_before_the_canary"]
 
 _SCHEDULER = "srt/managers/scheduler.py"
 _DECODE_RUNNER = "srt/model_executor/runner/decode_cuda_graph_runner.py"
 _BACKEND = "srt/layers/attention/base_attn_backend.py"
+_EAGER_RUNNER = "srt/model_executor/runner/eager_runner.py"
 
 
 def read_done_before_the_canary(root=None) -> str:
@@ -75,6 +76,26 @@ def read_done_before_the_canary(root=None) -> str:
     return "before the replay" if 0 <= event < replay else ""
 
 
+def eager_decode_is_fenced(root=None) -> bool:
+    """Whether an eager decode leaves the fence to wait for the whole forward, read from the
+    installed release's source: its eager runner (``model_executor/runner/eager_runner.py``,
+    from 0.5.14; ``model_runner.py`` before) publishes a read-done event in no method but
+    ``_execute_extend`` (a prefill's)."""
+    root = loading.sglang_root() if root is None else root
+    marks = ("maybe_publish_prefill_shared_read_done(", "read_done_event = read_done")
+    for relative in (_EAGER_RUNNER, "srt/model_executor/model_runner.py"):
+        path = root / relative
+        if not path.is_file():
+            continue
+        method = ""
+        for line in path.read_text().splitlines():
+            if line.startswith("    def "):
+                method = line.split("(")[0].removeprefix("    def ")
+            if any(m in line for m in marks) and method != "_execute_extend":
+                return False
+    return True
+
+
 def finish(engine: Engine, pick: int, graph: bool, pad: int, new_tokens: int, chunk: int, keep):
     """A request finishing under overlap: the decode it makes past its end (replaying a graph
     where ``graph``), then its release, then a request of ``new_tokens`` admitted into the
@@ -84,7 +105,8 @@ def finish(engine: Engine, pick: int, graph: bool, pad: int, new_tokens: int, ch
     copy of the engine, whose steps are the engine's own)."""
     rows = {r.rid: r.row for r in engine.running.values()}
     overshoot = engine.decode(pad, graph=True) if graph else engine.decode(0)
-    if overshoot is not None and overshoot.graph and read_done_before_the_canary():
+    early = read_done_before_the_canary() if graph else not eager_decode_is_fenced()
+    if overshoot is not None and early:
         ahead = copy.deepcopy(engine)
         rid = _release_and_admit(ahead, pick, new_tokens)
         following = ahead.prefill(chunk) if rid is not None else None

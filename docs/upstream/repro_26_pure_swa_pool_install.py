@@ -8,12 +8,11 @@ sub-pool, which has no layers, and raises IndexError.
 SGLang serves a model it calls hybrid SWA (srt/configs/model_config.py: is_hybrid_swa_model) on
 SWAKVPool (srt/mem_cache/swa_memory_pool.py), whose full sub-pool has one layer per full
 attention layer and whose SWA sub-pool one per sliding layer (get_hybrid_layer_ids). For an
-architecture whose every layer slides (UnlimitedOCRForCausalLM from 0.5.15; the MTP
-draft modules MiMoV2MTP and Step3p5MTP on every release), get_hybrid_layer_ids gives no full
-attention layer, so the full sub-pool is an MHATokenToKVPool of zero layers, whose k_buffer is
-an empty list (_create_buffers_normal makes one buffer a layer); from 0.5.17 SGLang gives such
-a model its PureSWATokenToKVPoolAllocator. install_canary attaches the canary with attach_swa
-(kv_canary/pool_patcher/adapters/swa.py), which builds the full group first and reads
+architecture whose every layer slides (UnlimitedOCRForCausalLM from 0.5.15; the MTP draft
+modules MiMoV2MTP and Step3p5MTP on every release), get_hybrid_layer_ids gives no full attention
+layer, so the full sub-pool is an MHATokenToKVPool of zero layers, whose k_buffer is an empty
+list (_create_buffers_normal makes one buffer a layer). install_canary attaches the canary with
+attach_swa (kv_canary/pool_patcher/adapters/swa.py), which builds the full group first and reads
 sub_pool.k_buffer[0].shape[0] for its slot count: IndexError, at server start. The KV-canary
 conformance suite's support matrix (docs/SUPPORT.md) runs install_canary with SGLang's own
 attachers on such a pool and shows the error.

@@ -11,7 +11,7 @@ is [0, 1, 1, 2] and the prompt length is 7, then positions = [7, 8, 8, 9]"; sibl
 position. The target verify's out_cache_loc runs over [seq_len, seq_len + draft_token_num) of
 the request's row. The canary plans the verify's writes from seq_lens and the draft count
 (kv_canary/plan_input.py, TARGET_VERIFY) and its write launcher takes the batch's positions; with
-the chain position assert on (CanaryManager turns it on after the graphs are captured), each
+the chain position assert on, each
 write's position must be its previous record's plus one, the first of a row chained to the
 record of position seq_len - 1. A sibling written after its brother, or a node after a deeper
 one, breaks that: WRITE_POSITION_MISMATCH rows on every tree verify, no fault anywhere. The

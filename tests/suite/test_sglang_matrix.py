@@ -232,6 +232,7 @@ def test_the_pool_of_a_model_is_sglang_s_choice():
     assert model_layers.pool_of("UnlimitedOCRForCausalLM") == {
         "pool": install.SWA_POOL, "full_layers": 0,
     }  # fmt: skip
+    assert not model_layers.unified_memory_by_default()
     hybrid = model_layers.layer_ids("GptOssForCausalLM",
                                     layer_types=["sliding_attention", "full_attention"] * 2)  # fmt: skip
     assert hybrid == ([0, 2], [1, 3])

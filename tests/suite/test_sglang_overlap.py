@@ -111,3 +111,19 @@ def test_the_overlap_row_reports_only_where_the_next_batch_writes_first(monkeypa
                       scheduling=model.scheduling)  # fmt: skip
     assert bool(side.fired) == early, side.fired
     assert all(label == str(histories.GRAPH_DECODE_STEP) for label, *_ in side.fired)
+
+
+def test_an_eager_decode_is_fenced_whole_unless_it_publishes_an_event(tmp_path):
+    """On the installed release an eager decode publishes no read-done event (the eager
+    runner's only publish is a prefill's); able to fail: a release whose ``_execute_decode``
+    published one is read as one whose eager decode is not fenced whole."""
+    assert overlap.eager_decode_is_fenced()
+    relative = "srt/model_executor/runner/eager_runner.py"
+    source = (loading.sglang_root() / relative).read_text()
+    at = source.index("    def _execute_decode(")
+    body = source.index(":\n", at) + 2
+    publish = "        self.model_runner.shared_read_done_event = read_done\n"
+    target = tmp_path / relative
+    target.parent.mkdir(parents=True)
+    target.write_text(source[:body] + publish + source[body:])
+    assert not overlap.eager_decode_is_fenced(tmp_path)
