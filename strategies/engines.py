@@ -27,14 +27,19 @@ def engine_configs(
     min_rows: int = 3,
     small_swa: bool = True,
     modes=tuple(int(m) for m in RealKvHashMode),
+    page_sizes: tuple[int, ...] = (1, 2, 4),
+    windows: tuple[int, ...] = (0, 0, 3, 5),
 ) -> EngineConfig:
-    """Engines of up to ``max_pages`` pages of 1, 2 or 4 slots and ``max_rows`` pool rows of up
-    to ``max_context_len`` positions (the defaults run many steps under the interpreter), with
-    and without a sliding window and the EAGLE offset, in every hash mode::
+    """Engines of up to ``max_pages`` pages of ``page_sizes`` slots (1, 2 or 4) and ``max_rows``
+    pool rows of up to ``max_context_len`` positions (the defaults run many steps under the
+    interpreter), with a sliding window of ``windows`` (0: none) and without, with and without
+    the EAGLE offset, in every hash mode; a page size whose two pages do not fit in
+    ``max_context_len`` is not drawn::
 
         engine_configs(max_pages=24, max_context_len=16)
     """
-    page_size = draw(st.sampled_from((1, 2, 4)), label="page_size")
+    fits = tuple(p for p in page_sizes if 2 * p <= max(4, max_context_len)) or (1,)
+    page_size = draw(st.sampled_from(fits), label="page_size")
     context_len = draw(st.integers(max(4, page_size * 2), max_context_len), label="context_len")
     num_pages = draw(
         st.integers(
@@ -42,7 +47,7 @@ def engine_configs(
         ),
         label="num_pages",
     )
-    swa_window = draw(st.sampled_from((0, 0, 3, 5)), label="swa_window")
+    swa_window = draw(st.sampled_from(windows), label="swa_window")
     config = EngineConfig(
         page_size=page_size,
         num_pages=num_pages,

@@ -144,7 +144,9 @@ def main():
                 chosen = (arch, swa)
                 break
     if chosen is None:
-        report(False, "no architecture of the list is served on the SWA pool without full layers", "-")
+        report(
+            False, "no architecture of the list is served on the SWA pool without full layers", "-"
+        )
     arch, swa = chosen
     adapter = os.path.join(root, "srt", "kv_canary", "pool_patcher", "adapters", "swa.py")
     made = {
@@ -171,8 +173,7 @@ def main():
         outcome, bug = f"attach_swa raises IndexError: {error}", True
     report(
         bug,
-        f"{arch}: sliding layers {swa}, full attention layers none; on its SWAKVPool, "
-        + outcome,
+        f"{arch}: sliding layers {swa}, full attention layers none; on its SWAKVPool, " + outcome,
         "the canary installs on the pool's SWA part, or refuses with a kv-canary: message",
     )
 
