@@ -52,9 +52,9 @@ from conformance.sglang import loading, model_layers
 
 __all__ = ["Installed", "Refused", "Setting", "install", "kv_canary_dir"]
 
-#: The pool classes SGLang's models make: an MHA model's, a hybrid SWA model's, an MLA model's.
-MHA_POOL = "MHATokenToKVPool"
-SWA_POOL = "SWAKVPool"
+#: The pool classes SGLang's models make: an MHA model's, a hybrid SWA model's
+#: (:mod:`conformance.sglang.model_layers`), an MLA model's.
+MHA_POOL, SWA_POOL = model_layers.MHA_POOL, model_layers.SWA_POOL
 MLA_POOL = "MLATokenToKVPool"
 
 

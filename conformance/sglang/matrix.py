@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import re
 import sys
 from collections import Counter
@@ -293,8 +294,15 @@ def _first_report(side) -> str:
 
 def history_outcome(row: Row, model: Model, index: int = 0) -> str:
     """History ``index`` of ``model`` in ``row`` through SGLang's runtime and the reference:
-    ``silent``, or what happened first."""
+    ``silent``, or what happened first (run once for rows of one engine and scheduling)."""
+    return _outcome(row.page_size, row.window, len(row.models) > 1, model, index)
+
+
+@functools.cache
+def _outcome(page_size: int, window: int, eagle: bool, model: Model, index: int) -> str:
     from conformance.sglang import manager_run
+
+    row = Row("", models=(model,) * (2 if eagle else 1), page_size=page_size, window=window)
 
     if model.not_modelled:
         return f"not run: {model.not_modelled}"

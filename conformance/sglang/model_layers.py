@@ -23,7 +23,7 @@ import torch
 
 from conformance.sglang import loading
 
-__all__ = ["layer_buffers", "pool_of", "unified_memory_by_default"]
+__all__ = ["MHA_POOL", "SWA_POOL", "layer_buffers", "pool_of", "unified_memory_by_default"]
 
 MODEL_CONFIG = "srt/configs/model_config.py"
 MEMORY_POOL = "srt/mem_cache/memory_pool.py"
@@ -31,6 +31,9 @@ MEMORY_POOL = "srt/mem_cache/memory_pool.py"
 _CONSTANTS = ("MIMO_V2_MODEL_ARCHS", "SWA_SINK_ARCHS")
 #: The stand-in config's layers.
 LAYERS = 4
+#: The pool classes SGLang's models make: an MHA model's, a hybrid SWA model's.
+MHA_POOL = "MHATokenToKVPool"
+SWA_POOL = "SWAKVPool"
 
 
 def _constants(path) -> dict:
@@ -75,8 +78,6 @@ def unified_memory_by_default(root=None) -> bool:
 def pool_of(architecture: str, root=None, **config) -> dict:
     """The ``Setting`` fields of the pool SGLang makes for a model of ``architecture``: the
     class, and for ``SWAKVPool`` its full sub-pool's layers."""
-    from conformance.sglang.install import MHA_POOL, SWA_POOL
-
     ids = layer_ids(architecture, root, **config)
     if ids is None:
         return {"pool": MHA_POOL}
