@@ -341,8 +341,16 @@ def history_cell(row: Row) -> str:
 
 
 def fired_cells(row: Row, trials: int = 1) -> list[str]:
-    """Per forward mode, the checks SGLang's runtime fired in the row's fault trials."""
+    """Per forward mode, the checks SGLang's runtime fired in the row's fault trials (run once
+    for rows of one engine and models)."""
+    return list(_fired(row.models, row.page_size, row.window, trials))
+
+
+@functools.cache
+def _fired(models: tuple[Model, ...], page_size: int, window: int, trials: int) -> tuple:
     from conformance.sglang.trials import fault_trial
+
+    row = Row("", models=models, page_size=page_size, window=window)
 
     fired: Counter = Counter()
     ran: set[str] = set()  # the step labels the trials ran that the row's server makes
@@ -366,7 +374,7 @@ def fired_cells(row: Row, trials: int = 1) -> list[str]:
     for label in MODES:
         names = [SHORT[c] for c in CHECKS if counts.get((c, label))]
         cells.append(" ".join(names) if names else ("." if label in ran else ""))
-    return cells
+    return tuple(cells)
 
 
 def row_cells(row: Row, columns: tuple[str, ...]) -> list[str]:
