@@ -69,7 +69,16 @@ def as_tree(engine: Engine, forward: Forward, records: bool = False) -> list:
         for d in range(2, accepted + 1):  # the path's node 2d - 1 to the slot of depth d
             sources.append(int(slots[at[2 * d - 1]]))
             targets.append(int(slots[at[d]]))
-    tree = dataclasses.replace(forward, write={**write, "input_ids": ids, "positions": positions})
+    made = {"input_ids": ids, "positions": positions}
+    # the input assert's expected inputs, where they are the inputs themselves (a target
+    # verify's, [18]), follow the tree's inputs
+    for key, name in (
+        ("expected_input_tokens", "input_ids"),
+        ("expected_input_positions", "positions"),
+    ):
+        if write.get(key) is not None:
+            made[key] = np.where(write[key] == write[name], made[name], write[key])
+    tree = dataclasses.replace(forward, write={**write, **made})
     if not sources:
         return [tree]
     key, n = next(_keys), len(sources)

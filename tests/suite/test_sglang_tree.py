@@ -17,10 +17,10 @@ ROW = next(r for r in matrix.ROWS if "tree" in r.option)
 TARGET = ROW.models[0]
 
 
-def _verifies():
-    """The chain verifies of history 0 of the tree row's target model, each with the engine
-    as it is right after it, and the tree steps made of them."""
-    engine = Engine(matrix._config(ROW, TARGET, 0))
+def _verifies(**config):
+    """The chain verifies of history 0 of the tree row's target model (``config``: fields of
+    its engine's configuration changed), and the tree steps made of them."""
+    engine = Engine(dataclasses.replace(matrix._config(ROW, TARGET, 0), **config))
     made = []
     real = tree.as_tree
 
@@ -108,3 +108,18 @@ def test_a_step_that_is_no_target_verify_is_run_as_made():
     assert tree.verify(engine, None) == []
     move = Move("accept", 1, True, ())
     assert tree.verify(engine, move) == [move]
+
+
+def test_a_tree_s_expected_inputs_follow_its_inputs_where_they_were_the_inputs():
+    """With the write's input assert on (a release whose draft runner has the token oracle,
+    up to 0.5.17), a target verify expects its inputs themselves ([18]): the tree's expected
+    inputs are the tree's inputs."""
+    made = _verifies(write_input_assert=True)
+    changed = 0
+    for chain, (verify, *_) in made:
+        write = verify.write
+        assert (chain.write["expected_input_tokens"] == chain.write["input_ids"]).all()
+        assert (write["expected_input_tokens"] == write["input_ids"]).all()
+        assert (write["expected_input_positions"] == write["positions"]).all()
+        changed += int((write["input_ids"] != chain.write["input_ids"]).any())
+    assert changed
