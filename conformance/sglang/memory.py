@@ -46,6 +46,7 @@ import abc
 import copy
 import functools
 import heapq
+import inspect
 import types
 from pathlib import Path
 
@@ -213,9 +214,10 @@ def eviction_walk(engine: Engine, tokens: int) -> list[tuple[int, ...]]:
         setattr(component, name, types.MethodType(method, component))
     component._evict_device_start(tokens)
     tracker, order = {FULL: 0}, []
-    while (
-        chosen := component._evict_device_next_node(tracker, {}, {}, cache_actions=[])
-    ) is not None:
+    # the cache's actions list, where the release's walk takes one (0.5.23 on)
+    actions = {"cache_actions": []} if "cache_actions" in inspect.signature(
+        walk["_evict_device_next_node"]).parameters else {}  # fmt: skip
+    while (chosen := component._evict_device_next_node(tracker, {}, {}, **actions)) is not None:
         node = by_id[chosen]  # the tree core's _evict_device_leaf, as the walk sees it
         order.append(node.pages)
         tracker[FULL] += len(node.pages) * engine.config.page_size
