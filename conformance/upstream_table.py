@@ -470,6 +470,26 @@ DIVERGENCES: dict[int, Divergence] = {
         "repro_27_tree_verify_write_position.py",
         ("0.5.13", "0.5.23"),
     ),
+    28: Divergence(
+        "up to 0.5.17, with the write's input assert on, EAGLE's draft extend CUDA graph "
+        "cannot be captured with the canary: its capture batch has no `rids_int`, and the "
+        "token oracle manager raises `AttributeError`",
+        "core",
+        "Up to 0.5.17 every model runner, the draft model's too, gets the token oracle (from "
+        "0.5.18 a draft worker gets none, [22]). EAGLE's draft extend graph runner "
+        "(`speculative/eagle_draft_extend_cuda_graph_runner.py`) captures `DRAFT_EXTEND_V2` "
+        "over a `ForwardBatch(...)` that passes neither `rids_int` nor "
+        "`bootstrap_room_ids_int`, and with the input assert on the draft model's canary "
+        "calls `TokenOracleManager.fill_expected_inputs` in that capture, which expands the "
+        "request ids per token and raises `AttributeError` on None: such a server does not "
+        "start. The script reads the capture call's keywords and what `ModelRunner` gives a "
+        "draft worker from the source, and runs SGLang's oracle manager on a "
+        "`DRAFT_EXTEND_V2` batch of those fields; the support matrix's EAGLE chain row, run "
+        "on those releases by the nightly job, shows the draft model's history raising at "
+        "its first draft extend that replays a graph.",
+        "repro_28_draft_extend_capture_without_rids.py",
+        ("0.5.13", "0.5.17"),
+    ),
 }
 
 

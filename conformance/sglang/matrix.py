@@ -322,7 +322,7 @@ def _outcome(page_size: int, window: int, eagle: bool, model: Model, index: int)
 
     try:
         histories.history(index, run=run, engine=engine, scheduling=scheduling)
-    except (RuntimeError, TypeError) as error:
+    except (RuntimeError, TypeError, AttributeError) as error:
         return (
             f"raises at step {engine.steps}: {type(error).__name__}: {str(error).splitlines()[0]}"
         )
