@@ -362,11 +362,15 @@ def _fired(models: tuple[Model, ...], page_size: int, window: int, trials: int) 
         for mode in model.settle_modes:
             for t in range(trials):
                 for fault_class in classes:
-                    _, _, side = fault_trial(
-                        fault_class, t, mode, eagle_offset=model.offset,
-                        page_size=row.page_size, window=row.window,
-                        verify="verify" in model.scheduling.ops,
-                    )  # fmt: skip
+                    try:
+                        _, _, side = fault_trial(
+                            fault_class, t, mode, eagle_offset=model.offset,
+                            page_size=row.page_size, window=row.window,
+                            verify="verify" in model.scheduling.ops,
+                        )  # fmt: skip
+                    except (RuntimeError, TypeError, AttributeError) as error:  # SGLang's own
+                        why = f"{model.name}'s trials raise {type(error).__name__} ({mode})"
+                        return (f"not run: {why}", *[""] * (len(MODES) - 1))
                     fired.update({k: n for k, n in side.fired.items() if k[0] in model.shows})
                     ran.update(side.step_labels & set(model.shows))
     counts = fired_counts(fired)
