@@ -133,6 +133,9 @@ class FaultClass:
     frees_pages_in_use = False
     #: the share of the detection table's histories with a place for it (at least)
     place_share = 3 / 4
+    #: whether a placed fault of the class always has a report due in hash mode ``ALL``
+    #: outside a sliding window (False: its prediction may be nothing, said in its docstring)
+    always_due = True
 
     def why_never(self, hash_mode: int, forward_mode: str = DECODE) -> str:
         """Why the class is never reported in ``hash_mode`` with the settle's decodes in

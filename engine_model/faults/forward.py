@@ -301,6 +301,7 @@ class RejectedDraftNamed(FaultClass):
     no target verify)."""
 
     frees_pages_in_use = True
+    always_due = False  # no slot written by both in that order: nothing promised
     name = "rejected_draft_named"
     description = "a rollback frees a rejected draft's page the request still names"
     target_model_only = True
