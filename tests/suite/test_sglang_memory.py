@@ -93,11 +93,11 @@ def test_a_reserve_of_another_size_is_caught(reserve, monkeypatch):
 
 
 def test_the_engine_frees_every_swa_slot_sglang_s_window_slide_frees():
-    """A named choice (CONTRACT §12): the model frees a request's SWA slots behind its window
-    after each forward, SGLang's radix cache page-aligned with a margin of a page and above the
-    protected prefix, before its next decode's allocation. Whatever SGLang's code, run from
-    source, has freed, the model has freed too: SWA slots are reused no later in the
-    histories than on a server, and the model frees more."""
+    """A named choice (CONTRACT §15): the model frees a request's SWA slots behind its window
+    after each forward, SGLang's radix cache page-aligned, keeping the window rounded up to
+    whole pages, and above the protected prefix. Whatever SGLang's code, run from source, has
+    freed, the model has freed too: SWA slots are reused no later in the histories than on a
+    server, and the model frees more."""
     cases, departures, theirs, kept = memory.swa_free_departures()
     assert cases > 1000 and theirs > 0 and kept > 0
     assert departures == []
