@@ -97,20 +97,18 @@ def test_the_overshoot_reads_the_next_batch_s_entries_in_the_freed_row_alone():
     assert changed, "no overshoot decode read a rewritten row in history 0"
 
 
-@pytest.mark.parametrize("early", [True, False])
-def test_the_overlap_row_reports_only_where_the_next_batch_writes_first(monkeypatch, early):
-    """History 0 of the overlap row through SGLang's runtime: silent where the fence waits for
-    the whole forward, and reporting the overshoot decode where the release's fence lets the
-    next batch's writes land first."""
-    if not early:
-        monkeypatch.setattr(overlap, "read_done_before_the_canary", lambda root=None: "")
+def test_the_overlap_row_reports_only_where_the_next_batch_writes_first(monkeypatch):
+    """History 0 of the overlap row through SGLang's runtime is silent where the fence waits
+    for the whole forward; where the release's fence lets the next batch's writes land first
+    it reports the replayed overshoot decode (its history cell, which
+    ``test_the_docs_install_and_history_cells_are_today_s_runs`` runs)."""
+    monkeypatch.setattr(overlap, "read_done_before_the_canary", lambda root=None: "")
     row = next(r for r in matrix.ROWS if r.option == "overlap scheduling")
     (model,) = row.models
     engine, reference_run, side = manager_run.sides(matrix._config(row, model, 0))
     histories.history(0, run=lambda step: side.run(reference_run, step), engine=engine,
                       scheduling=model.scheduling)  # fmt: skip
-    assert bool(side.fired) == early, side.fired
-    assert all(label == str(histories.GRAPH_DECODE_STEP) for label, *_ in side.fired)
+    assert not side.fired, side.fired
 
 
 def test_an_eager_decode_is_fenced_whole_unless_it_publishes_an_event(tmp_path):
