@@ -49,7 +49,9 @@ mark "the known-bad gate"
 # scale_chain_restarts_per_4096_chunk, whose kill needs a prefill of 8192 tokens under the
 # interpreter (42 to 66 s of a gate job in today's clean-clone runs, the dearest of the 70),
 # and the correct variant correct_ring_claims_reversed (42 to 46 s of its listed tests)
-"$py" -m strength.gate --jobs 2 --stop-at-kill --leave-out canary_torch \
+# canary's whole-suite run, the longest of all, in two shards of about the same length, so that
+# the two jobs end together (strength/shards.py)
+"$py" -m strength.gate --jobs 2 --shards 2 --stop-at-kill --leave-out canary_torch \
     --leave-out strength.known_bad.scale_chain_restarts_per_4096_chunk \
     --leave-out strength.known_bad.correct_ring_claims_reversed --json "$work/gate.json"
 mark "waiting for the SGLang leg"

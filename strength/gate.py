@@ -1,7 +1,7 @@
 """The strength gate: the suite must kill every known-bad implementation, for the right reason,
 and pass every correct one.
 
-    python -m strength.gate [--jobs N] [--only SUBSTRING] [--device DEV] [--json PATH]
+    python -m strength.gate [--jobs N] [--shards N] [--only SUBSTRING] [--device DEV] [--json PATH]
 
 For each entry of ``strength.known_bad.CATALOGUE`` (expected: killed) and each module of
 ``strength.known_bad.CORRECT`` (expected: passes) it runs the suite in a subprocess of its own (a
@@ -57,8 +57,10 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+
+from strength import shards
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FORKSERVER = REPO_ROOT / "strength" / "forkserver.py"
@@ -84,6 +86,13 @@ class Target:
     bug: str = ""
     dies_in: tuple[str, ...] = ()  # patterns of the tests that must kill it (see listed())
     runs_in: tuple[str, ...] = ()  # a correct variant's tests outside --whole-suite (ditto)
+    shard: tuple[int, int] = (1, 1)  # (i, n): the i-th of n shards of its whole-suite run
+
+    @property
+    def name(self) -> str:
+        """The module, and the shard where its run is one of several."""
+        i, n = self.shard
+        return self.module if n == 1 else f"{self.module} (shard {i} of {n})"
 
 
 @dataclass(frozen=True)
@@ -187,14 +196,16 @@ def target_selection(
 ) -> list[str]:
     """What pytest runs for ``target``: suite modules or single tests, quickest module first.
 
-    A correct implementation runs the whole suite, but for a ``correct_*`` variant, which runs
+    A correct implementation runs the whole suite (the modules of its shard, where its run is
+    split, :mod:`strength.shards`), but for a ``correct_*`` variant, which runs
     the :data:`TOUR` and the tests ``known_bad.CORRECT_RUNS_IN`` lists for it. A mutant runs
     the tour and the tests its entry lists (every parametrization of each). ``whole_suite``
     runs every module for every target.
     """
     listing = target.runs_in if target.expected == PASSES else target.dies_in
     if whole_suite or not listing:
-        return suite_paths(properties_only=properties_only)
+        i, n = target.shard
+        return shards.split(suite_paths(properties_only=properties_only), n)[i - 1]
     selection = []
     for path in suite_paths(properties_only=properties_only):
         module = path.removeprefix("conformance/")
@@ -419,6 +430,56 @@ def run_all(targets: Sequence[Target], runner: Runner, *, jobs: int, progress=No
     return [results[i] for i in range(len(targets))]
 
 
+def whole_runs(target: Target, *, whole_suite: bool = False) -> bool:
+    """Whether ``target``'s run is the whole suite (a correct implementation without a listing
+    of its own, or every target under ``--whole-suite``)."""
+    listing = target.runs_in if target.expected == PASSES else target.dies_in
+    return whole_suite or not listing
+
+
+def shard_targets(targets: Sequence[Target], n: int, *, whole_suite: bool = False) -> list[Target]:
+    """``targets`` with each correct implementation's whole-suite run split into ``n`` shards
+    (a mutant's run ends at its kill, and stays one)."""
+    out: list[Target] = []
+    for target in targets:
+        if n > 1 and target.expected == PASSES and whole_runs(target, whole_suite=whole_suite):
+            out += [replace(target, shard=(i, n)) for i in range(1, n + 1)]
+        else:
+            out.append(target)
+    return out
+
+
+def merge_shards(results: Sequence[Result]) -> list[Result]:
+    """One result per module, in order: a sharded run's outcome is its first shard's that is not
+    ``passes`` (else ``passes``); its seconds, tests and failures add up."""
+    merged: dict[str, list[Result]] = {}
+    for result in results:
+        merged.setdefault(result.target.module, []).append(result)
+    out = []
+    for parts in merged.values():
+        if len(parts) == 1:
+            out.append(parts[0])
+            continue
+        first = next((r for r in parts if r.outcome != PASSES), parts[0])
+        tests: dict[str, int] = {}
+        for r in parts:
+            for outcome, count in (r.tests or {}).items():
+                tests[outcome] = tests.get(outcome, 0) + count
+        codes = [r.returncode for r in parts]
+        out.append(
+            replace(
+                first,
+                target=replace(first.target, shard=(1, 1)),
+                seconds=sum(r.seconds for r in parts),
+                returncode=None if None in codes else max(codes),  # type: ignore[type-var]
+                tail="\n".join(r.tail for r in parts if r.tail),
+                failures=tuple(f for r in parts for f in r.failures),
+                tests=tests if any(r.tests is not None for r in parts) else None,
+            )
+        )
+    return out
+
+
 def table(results: Iterable[Result]) -> str:
     header = ("", "module", "area", "expected", "outcome", "seconds", "killed by / why")
     rows = [
@@ -500,6 +561,14 @@ def _parser() -> argparse.ArgumentParser:
         "(scripts/tests.sh: canary_torch, which the installed-package check runs whole from "
         "an empty folder; one mutant the nightly gate kills, see there); repeatable",
     )
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        metavar="N",
+        help="split each correct implementation's whole-suite run into N runs by module, so "
+        "that the jobs end together (strength/shards.py; default %(default)s)",
+    )
     parser.add_argument("--device", metavar="DEV", help="passed to the suite as --canary-device")
     parser.add_argument(
         "--json", metavar="PATH", type=Path, help="also write the results as JSON to PATH"
@@ -557,9 +626,11 @@ def main(
     """Run the gate; ``targets`` and ``runner`` replace the catalogue and the subprocess runs."""
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.jobs < 1:
-        parser.error("--jobs must be at least 1")
-    targets = _selected_targets(parser, args, targets)
+    if args.jobs < 1 or args.shards < 1:
+        parser.error("--jobs and --shards must be at least 1")
+    targets = shard_targets(
+        _selected_targets(parser, args, targets), args.shards, whole_suite=args.whole_suite
+    )
     servers = contextlib.ExitStack()
     socket = None
     if runner is None:
@@ -580,14 +651,14 @@ def main(
 
     def progress(result: Result) -> None:
         print(
-            f"[gate] {result.target.module}: {result.outcome} in {result.seconds:.1f} s",
+            f"[gate] {result.target.name}: {result.outcome} in {result.seconds:.1f} s",
             file=sys.stderr,
             flush=True,
         )
 
     started = time.perf_counter()
     with servers:
-        results = run_all(targets, runner, jobs=args.jobs, progress=progress)
+        results = merge_shards(run_all(targets, runner, jobs=args.jobs, progress=progress))
     facts = summary(results)
     facts["wall_seconds"] = time.perf_counter() - started
     _report(results, facts, args)
