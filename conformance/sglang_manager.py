@@ -119,7 +119,7 @@ import sys
 from collections import Counter
 
 from conformance import upstream
-from conformance.sglang import loading, wiring
+from conformance.sglang import loading, memory, wiring
 from conformance.sglang.fired import fired_table, readme_never_cells, table_problems
 from conformance.sglang.histories import REQUIRED
 from conformance.sglang.manager_run import draft_input_assert_refusal, logged_problems, run_history
@@ -190,6 +190,7 @@ def _correct_histories(histories: int) -> tuple[list[str], Counter]:
             counts.update({f"graphs {mode}": 1, f"replays {mode}": captured.replays})
         counts.update({f"unchecked {m}": n for m, n in side.unchecked_by_mode.items()})
     print(f"{histories} correct histories, equal after every step, silent:")
+    print(f"  pages and pool rows chosen by: {memory.allocators()[1]}")
     for name, n in sorted(step_counts.items()):
         print(f"  {name}: {n}")
     print(f"  plans of a group and expected inputs equal the reference's: {counts['plans']}")

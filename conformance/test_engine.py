@@ -33,6 +33,7 @@ from conformance.engine_support import (
     warm_up,
 )
 from conformance.profiles import engine_sizes, engine_step_sizes, examples
+from conformance.sglang import memory
 from engine_model import KV_BYTES, Engine
 from engine_model.faults import FAULT_KINDS, FAULTS
 from engine_model.vocabulary import (
@@ -45,6 +46,14 @@ from engine_model.vocabulary import (
 from strategies.engines import engine_configs
 
 pytestmark = pytest.mark.plan
+
+#: The free lists that choose the engines' pages and pool rows, and why: SGLang's own
+#: allocators and request pool, run from the installed release's source where it has them in
+#: the shape the suite runs (from 0.5.20), else the engine model's lists, held to SGLang's
+#: orders by a self-test (``conformance/sglang/memory.py``).
+ALLOCATORS = memory.allocators()
+#: The engines' sizes on this run's device, on those free lists.
+ENGINES = dict(engine_sizes(), allocators=ALLOCATORS[0])
 
 
 #: A new request's fresh prompt tokens: half of them the one length of a fixed-length
@@ -77,7 +86,7 @@ class EngineMachine(stateful.RuleBasedStateMachine):
         self.fault = None
 
     # four rows at least: the warm-up's two requests sharing a prefix run in one batch
-    @initialize(config=engine_configs(**engine_sizes(), min_slots=32, min_rows=4))
+    @initialize(config=engine_configs(**ENGINES, min_slots=32, min_rows=4))
     def start(self, config):
         self.engine = Engine(config)
         self.oracle = OracleRun(self.engine)
@@ -319,6 +328,7 @@ def test_engine_histories_agree_with_the_reference_and_report_each_fault(impl, d
     )
     counts = ", ".join(f"{name}: {SITUATIONS[name]}" for name in REQUIRED_SITUATIONS)
     print(f"situations reached: {counts}")
+    print(f"pages and pool rows chosen by: {ALLOCATORS[1]}")
     never = [name for name in REQUIRED_SITUATIONS if SITUATIONS[name] < SITUATION_FLOOR]
     if never and fixed_cpu_draws():
         fail(
@@ -332,7 +342,7 @@ def test_engine_histories_agree_with_the_reference_and_report_each_fault(impl, d
 @examples(0.02)
 @hypothesis.given(
     # room for the settle after the warm-up in most draws: few examples are discarded
-    config=engine_configs(**engine_sizes(), min_slots=48, min_rows=4, small_swa=False),
+    config=engine_configs(**ENGINES, min_slots=48, min_rows=4, small_swa=False),
     pick=st.integers(0, 2**10),
     byte=st.integers(0, 31),
     mode=st.sampled_from(SETTLE_MODES),
@@ -400,7 +410,7 @@ def _draft(engine, oracle, run, steps: int, reached: str) -> None:
 
 
 #: Engines of the draft model's canary (the EAGLE offset 1).
-DRAFT_MODEL_ENGINES = engine_configs(**engine_sizes(), min_slots=32).map(
+DRAFT_MODEL_ENGINES = engine_configs(**ENGINES, min_slots=32).map(
     lambda c: dataclasses.replace(c, offset=1)
 )
 

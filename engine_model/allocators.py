@@ -1,6 +1,7 @@
 """The allocators of an engine: pages of the full pool (each page with an SWA slot per slot
 under a window, taken from the cached positions no request uses when the SWA pool runs short),
-pool rows, and their release.
+pool rows, and their release. Which free page or row comes next is the choice of the free lists
+the configuration names (:mod:`engine_model.free_lists`).
 """
 
 from __future__ import annotations
@@ -63,9 +64,13 @@ class Allocators(EngineState):
             free = [page for page in self.free_pages if page not in exclude]
         if n > len(free) or not self._swa_room(free[:n]):
             return None
-        pages = free[:n]
+        # the excluded free pages (a fault's) stay out of the allocation, first in line after it
+        skipped = [page for page in self.free_pages[: n + len(exclude)] if page in exclude]
+        self._take_out(skipped)
+        pages = self.page_allocator.alloc(n)
+        assert pages == free[:n], (pages, free[:n])
+        self.page_allocator.first_in_line(skipped)
         for page in pages:
-            self.free_pages.remove(page)
             if self._freed_at.get(page) == self.steps:
                 self.events["a page freed and handed out again within one step"] += 1
         for page in pages:
@@ -102,16 +107,21 @@ class Allocators(EngineState):
             self._evict_slots(self.page_slots(page))
 
     def _return_pages(self, pages: list[int]) -> None:
-        """One free call of ``pages``, in SGLang's order (``mem_cache/allocator/``): with pages
-        of one slot, ``TokenToKVPoolAllocator.free`` appends them (the next allocations take
-        the longest free first); with larger pages, ``PagedTokenToKVPoolAllocator.free``
-        puts them, sorted, before every free page (the next allocations take them first). A
-        PD decode server sorts its free pages instead (``need_sort``), which the engine does
-        not model: its one allocator runs the order of a server without PD."""
-        if self.config.page_size == 1:
-            self.free_pages.extend(pages)
-        else:
-            self.free_pages[:0] = sorted(pages)
+        """One free call of ``pages`` to the page allocator, which orders them."""
+        if pages:
+            self.page_allocator.free(pages)
+
+    def _take_out(self, pages: list[int]) -> None:
+        """Take the free ``pages`` out of the allocator's free list (``first_in_line`` puts
+        them back)."""
+        if pages:
+            self.page_allocator.first_in_line(pages)
+            assert self.page_allocator.alloc(len(pages)) == pages
+
+    def put_first(self, pages: list[int]) -> None:
+        """Make ``pages`` the next the allocator hands out, in their order, free or not (a
+        fault frees a page in use for the next allocation to take)."""
+        self.page_allocator.first_in_line(list(pages))
 
     def freed_since(self, page: int, step: int) -> bool:
         """Whether ``page`` went back to the allocator at step ``step`` or later (the step count
@@ -120,13 +130,12 @@ class Allocators(EngineState):
         return self._freed_at.get(page, -1) >= step
 
     def _take_row(self) -> int:
-        """A free pool row, as SGLang's ``ReqToTokenPool.alloc_rows`` takes it: the last one
-        freed (the tail of its free list)."""
-        return self.free_rows.pop()
+        """A free pool row, the request pool's choice."""
+        return self.row_allocator.take()
 
     def _give_row(self, row: int) -> None:
-        """A pool row back, as ``ReqToTokenPool.free_rows`` takes it: onto the tail."""
-        self.free_rows.append(row)
+        """A pool row back to the request pool."""
+        self.row_allocator.give(row)
 
     def _evict_slots(self, slots) -> None:
         """Free the SWA slots of the full slots ``slots`` (their table entries set to 0)."""

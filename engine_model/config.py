@@ -37,7 +37,7 @@ class EngineConfig:
     ``mode`` (the canary's real_kv_hash_mode: 0 NONE, 1 PARTIAL, 2 ALL), the ``seed`` of every
     token, KV byte and stale value, under a window the ``swa_slots`` of the SWA pool (slot 0 the
     padding slot; 0: as many as the full pool), and whether the write's input assert is on
-    (``write_input_assert``)::
+    (``write_input_assert``), and the free lists that choose pages and rows (``allocators``)::
 
         EngineConfig(page_size=2, num_pages=16, pool_rows=5, context_len=16, swa_window=6,
                      offset=1, mode=1, seed=7, swa_slots=20)
@@ -60,6 +60,11 @@ class EngineConfig:
     #: whether the canary sweeps the prefix cache (False: never, as SGLang's scheduler gives
     #: the draft model's canary no radix cache to sweep)
     cache_swept: bool = True
+    #: the free lists that choose the next page and pool row, by name
+    #: (:data:`engine_model.free_lists.BACKENDS`): ``"model"``, the engine's own lists in
+    #: SGLang's orders, or ``"sglang"``, SGLang's allocators run from source (registered by
+    #: ``conformance.sglang.memory``)
+    allocators: str = "model"
 
     def __post_init__(self) -> None:
         _check_int("page_size", self.page_size, 1)
@@ -70,6 +75,8 @@ class EngineConfig:
         _check_int("swa_slots", self.swa_slots, 0)
         if self.swa_slots and not 2 <= self.swa_slots <= self.num_slots:
             raise ValueError(f"swa_slots must be 0 or 2 to num_slots: {self!r}")
+        if not isinstance(self.allocators, str):
+            raise ValueError(f"allocators must be a name: {self!r}")
         if not isinstance(self.write_input_assert, bool) or not isinstance(self.cache_swept, bool):
             raise ValueError(f"write_input_assert and cache_swept must be bools: {self!r}")
         if self.offset not in (0, 1) or self.mode not in tuple(RealKvHashMode):

@@ -402,8 +402,7 @@ class Forwards(Allocators):
         if made is not None and made is not made_before and made[1] in self.free_pages:
             # the faulty rollback's page stays first in line: frees of the batch's later rows,
             # which SGLang's paged allocator puts before every free page, come after it
-            self.free_pages.remove(made[1])
-            self.free_pages.insert(0, made[1])
+            self.put_first([made[1]])
 
     def _in_another_window(self, req: Request, pos: int) -> bool:
         """Whether another running request that shares the page of ``req``'s position ``pos``
@@ -471,5 +470,4 @@ class Forwards(Allocators):
         page = req.pages[keep]
         self.hooks.rollback_fault_made = (req.rid, page)
         self._release_pages([page], cache=False)
-        self.free_pages.remove(page)
-        self.free_pages.insert(0, page)  # first in line once the batch's frees are done
+        self.put_first([page])  # first in line once the batch's frees are done

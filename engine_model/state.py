@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine_model.config import KV_BYTES, EngineConfig
+from engine_model.free_lists import make_allocators
 from engine_model.hooks import EngineHooks
 from engine_model.vocabulary import FULL, SWA
 
@@ -63,12 +64,13 @@ class EngineState:
         )
         pages = list(range(1, c.num_pages))
         self.rng.shuffle(pages)
-        #: the pages the allocator hands out next, first in line first: shuffled, as a pool
-        #: that has served before leaves them (SGLang's allocators start in ascending order;
-        #: from then on the order is theirs, :meth:`Allocators._return_pages`)
-        self.free_pages: list[int] = pages
-        #: the pool rows free for a new request, last in line first (ReqToTokenPool's order)
-        self.free_rows: list[int] = list(range(1, c.pool_rows))
+        #: the page allocator and the request pool the configuration names
+        #: (:data:`engine_model.free_lists.BACKENDS`): their first free pages shuffled, as a
+        #: pool that has served before leaves them (SGLang's allocators start in ascending
+        #: order; from then on the order is theirs), their free rows in ascending order
+        self.page_allocator, self.row_allocator = make_allocators(
+            c, pages, list(range(1, c.pool_rows))
+        )
         #: per page, the requests that hold it, and the cached prefixes that do
         self.req_refs = np.zeros(c.num_pages, dtype=np.int64)
         self.cache_refs = np.zeros(c.num_pages, dtype=np.int64)
@@ -190,6 +192,18 @@ class EngineState:
         later (a forward writes at the step it counts; a load, at the step after the one
         before it)."""
         return self._slot_written.get(full_slot, -1) >= step
+
+    @property
+    def free_pages(self) -> list[int]:
+        """The free pages, first in line first (the page allocator's list: read it, never change
+        it; :meth:`engine_model.allocators.Allocators.put_first` reorders)."""
+        return self.page_allocator.order()
+
+    @property
+    def free_rows(self) -> list[int]:
+        """The pool rows free for a new request, last in line first (the request pool's list:
+        read it, never change it)."""
+        return self.row_allocator.order()
 
     def describe(self) -> str:
         """The configuration and the last steps of the history, for a failure message."""

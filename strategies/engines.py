@@ -29,11 +29,13 @@ def engine_configs(
     modes=tuple(int(m) for m in RealKvHashMode),
     page_sizes: tuple[int, ...] = (1, 2, 4),
     windows: tuple[int, ...] = (0, 0, 3, 5),
+    allocators: str = "model",
 ) -> EngineConfig:
     """Engines of up to ``max_pages`` pages of ``page_sizes`` slots (1, 2 or 4) and ``max_rows``
     pool rows of up to ``max_context_len`` positions (the defaults run many steps under the
     interpreter), with a sliding window of ``windows`` (0: none) and without, with and without
-    the EAGLE offset, in every hash mode; a page size whose two pages do not fit in
+    the EAGLE offset, in every hash mode, on the free lists ``allocators`` names (not drawn:
+    :attr:`engine_model.EngineConfig.allocators`); a page size whose two pages do not fit in
     ``max_context_len`` is not drawn::
 
         engine_configs(max_pages=24, max_context_len=16)
@@ -57,6 +59,7 @@ def engine_configs(
         offset=draw(st.sampled_from((0, 1)), label="offset"),
         mode=draw(st.sampled_from(modes), label="mode"),
         seed=draw(st.integers(0, 2**16), label="seed"),
+        allocators=allocators,
     )
     if not swa_window:
         return config

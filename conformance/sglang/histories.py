@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from conformance.sglang import overlap, tree
+from conformance.sglang import memory, overlap, tree
 from engine_model import Engine, EngineConfig, Forward, Move, Sweep
 from engine_model.vocabulary import (
     DECODE,
@@ -138,7 +138,8 @@ def engine_config(
     """The engine of history or trial ``index``, its seed ``seed(index)``: the options of
     :data:`PAGE_SIZES`, :data:`WINDOWS` and :data:`EAGLE_OFFSETS` in turn (``eagle_offset``,
     ``page_size``, ``window``: that option instead; a pool of :data:`POOL_SLOTS` slots, or of
-    :data:`MIN_PAGES` pages where those are fewer)."""
+    :data:`MIN_PAGES` pages where those are fewer), its pages and pool rows chosen by SGLang's
+    own allocators where the installed release has them (:func:`memory.allocators`)."""
     page = PAGE_SIZES[index % len(PAGE_SIZES)] if page_size is None else page_size
     if window is None:
         window = WINDOWS[index // len(PAGE_SIZES) % len(WINDOWS)]
@@ -148,6 +149,7 @@ def engine_config(
         page_size=page, num_pages=max(POOL_SLOTS // page, MIN_PAGES), pool_rows=POOL_ROWS,
         context_len=CONTEXT_LEN, swa_window=window, offset=eagle_offset,
         mode=real_kv_hash_mode, seed=seed(index), swa_slots=SWA_SLOTS if window else 0,
+        allocators=memory.allocators()[0],
     )  # fmt: skip
 
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import abc
 import copy
+import dataclasses
 import functools
 import heapq
 import inspect
@@ -53,11 +54,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from conformance import upstream
 from conformance.sglang import loading
-from engine_model import FULL, Engine, EngineConfig
+from engine_model import FULL, Engine, EngineConfig, free_lists
 from engine_model.state import Request
 
 __all__ = [
+    "SGLangPages",
+    "SGLangRows",
+    "allocators",
     "departures",
     "eviction_departures",
     "eviction_walk",
@@ -76,11 +81,7 @@ def page_allocator(page_size: int, free_pages: list[int]) -> types.SimpleNamespa
     """SGLang's allocator of pages of ``page_size`` slots (``TokenToKVPoolAllocator`` for
     one, else ``PagedTokenToKVPoolAllocator``), its free list ``free_pages``: ``alloc(slots)``
     and ``free(slots)`` are its own methods."""
-    one = page_size == 1
-    path = _mem_cache() / "allocator" / ("token.py" if one else "paged.py")
-    cls = "TokenToKVPoolAllocator" if one else "PagedTokenToKVPoolAllocator"
-    names = ("alloc", "free") if one else ("alloc", "free", "_release_page_ids", "merge_and_sort_free", "get_all_free_pages")  # fmt: skip
-    methods = loading.methods_from_source(path, cls, names, {"torch": torch})
+    methods = _allocator_methods(page_size == 1)
     state = types.SimpleNamespace(
         page_size=page_size, device="cpu", need_sort=False, debug_mode=False, free_group=None,
         staged_pages=[], num_staged_pages=0,
@@ -92,12 +93,28 @@ def page_allocator(page_size: int, free_pages: list[int]) -> types.SimpleNamespa
     return state
 
 
+@functools.cache
+def _allocator_methods(one: bool) -> dict:
+    """The methods of SGLang's allocator of pages of one slot (``one``) or of larger pages,
+    executed from source once."""
+    path = _mem_cache() / "allocator" / ("token.py" if one else "paged.py")
+    cls = "TokenToKVPoolAllocator" if one else "PagedTokenToKVPoolAllocator"
+    names = ("alloc", "free") if one else ("alloc", "free", "_release_page_ids", "merge_and_sort_free", "get_all_free_pages")  # fmt: skip
+    return loading.methods_from_source(path, cls, names, {"torch": torch})
+
+
+@functools.cache
+def _row_methods() -> dict:
+    """``ReqToTokenPool.alloc_rows`` and ``free_rows``, executed from source once."""
+    return loading.methods_from_source(
+        _mem_cache() / "memory_pool.py", "ReqToTokenPool", ("alloc_rows", "free_rows"), {}
+    )
+
+
 def row_pool(rows: int) -> types.SimpleNamespace:
     """SGLang's ``ReqToTokenPool`` of ``rows`` rows (row 0 the padding row): its own
     ``alloc_rows`` and ``free_rows``."""
-    methods = loading.methods_from_source(
-        _mem_cache() / "memory_pool.py", "ReqToTokenPool", ("alloc_rows", "free_rows"), {}
-    )
+    methods = _row_methods()
     state = types.SimpleNamespace(
         free_slots=list(range(1, rows)), req_generation=torch.zeros(rows, dtype=torch.int64),
         _on_alloc_rows=None, _aux_cache=None,
@@ -107,12 +124,85 @@ def row_pool(rows: int) -> types.SimpleNamespace:
     return state
 
 
+class SGLangPages:
+    """An engine's page allocator that is SGLang's (:func:`page_allocator`): its own ``alloc``
+    and ``free`` choose the pages and order the free list. ``first_in_line`` (a fault's, or
+    pages an allocation leaves out put back) sets its free list."""
+
+    def __init__(self, page_size: int, pages: list[int]):
+        self._sglang, self._p, self._order = page_allocator(page_size, pages), page_size, pages
+
+    def order(self) -> list[int]:
+        return self._order
+
+    def _read(self) -> None:
+        self._order = self._sglang.free_pages.tolist()
+
+    def alloc(self, n: int) -> list[int] | None:
+        if n == 0:
+            return []
+        out = self._sglang.alloc(n * self._p)
+        self._read()
+        return None if out is None else [s // self._p for s in out[:: self._p].tolist()]
+
+    def free(self, pages: list[int]) -> None:
+        p = self._p
+        self._sglang.free(torch.tensor([q * p + i for q in pages for i in range(p)]))
+        self._read()
+
+    def first_in_line(self, pages: list[int]) -> None:
+        order = list(pages) + [q for q in self._order if q not in pages]
+        self._sglang.free_pages = torch.tensor(order, dtype=torch.int64)
+        self._order = order
+
+
+class SGLangRows:
+    """An engine's request pool that is SGLang's ``ReqToTokenPool`` (:func:`row_pool`): its own
+    ``alloc_rows`` and ``free_rows`` choose the rows."""
+
+    def __init__(self, pool_rows: int, rows: list[int]):
+        self._sglang = row_pool(pool_rows)
+        self._sglang.free_slots = list(rows)
+
+    def order(self) -> list[int]:
+        return self._sglang.free_slots
+
+    def take(self) -> int:
+        (row,) = self._sglang.alloc_rows(1)
+        return row
+
+    def give(self, row: int) -> None:
+        self._sglang.free_rows([row])
+
+
+def _sglang_free_lists(config: EngineConfig, pages: list[int], rows: list[int]):
+    return SGLangPages(config.page_size, pages), SGLangRows(config.pool_rows, rows)
+
+
+free_lists.register("sglang", _sglang_free_lists)
+
+
+@functools.cache
+def allocators() -> tuple[str, str]:
+    """The free lists the suite's engines run on, and why: ``"sglang"`` where the installed
+    release's allocators and request pool are in the shape :func:`page_allocator` and
+    :func:`row_pool` run (from 0.5.20), else ``"model"``, the engine's own lists held to
+    SGLang's orders by :func:`departures`."""
+    try:
+        for page_size in (1, 2):
+            _sglang_free_lists(EngineConfig(page_size=page_size), [1, 2], [1])
+    except (LookupError, OSError, ImportError, SyntaxError) as error:
+        why = f"{type(error).__name__}: {error}"
+        return "model", f"the engine model's lists (SGLang's allocators do not run here: {why})"
+    return "sglang", f"SGLang {upstream.installed_version()}'s allocators and request pool"
+
+
 def departures(config: EngineConfig, steps: int, seed: int, engine: Engine | None = None):
     """``steps`` random allocations and frees of pages (several pages a free call, as a
     request's release frees them) and of pool rows, made on the engine model's allocators and
     on SGLang's beside them from the same free lists: where their choices or free lists first
     differ (empty: nowhere)."""
-    engine = engine or Engine(config)
+    engine = engine or Engine(dataclasses.replace(config, allocators="model"))
     sglang = page_allocator(config.page_size, list(engine.free_pages))
     rows = row_pool(config.pool_rows)
     rows.free_slots = list(engine.free_rows)

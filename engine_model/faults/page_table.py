@@ -166,7 +166,7 @@ class FreedWhileReferenced(_TableFault):
             return None
         req, pos, page = place
         engine.req_refs[page] = 0
-        engine.free_pages.insert(0, page)  # the next allocation takes it
+        engine.put_first([page])  # the next allocation takes it
         what = f"page {page} (request {req.rid} positions {pos}..{pos + p - 1}) freed while in use"
         return self._made(engine, range(page * p, (page + 1) * p), ((req.rid, pos),), what)
 
@@ -214,7 +214,7 @@ class LockedNodeEvicted(FaultClass):
         engine.truncate(entry, j + 1)  # the unlocked leaves past it go first
         engine.cache_refs[page] = 0
         engine.req_refs[page] = 0  # the lock ignored: the page is free
-        engine.free_pages.insert(0, page)  # the next allocation takes it
+        engine.put_first([page])  # the next allocation takes it
         entry.pages, entry.length = entry.pages[:j], j * p
         entry.tokens = entry.tokens[: entry.length + engine.config.offset]
         if not entry.pages:
@@ -330,10 +330,8 @@ class DuplicateFreedWhileNamed(_Rebind):
     fault = "unbound"
 
     def made(self, engine, req, own, entry, step):
-        for page in reversed(own):
-            assert page in engine.free_pages, engine.describe()
-            engine.free_pages.remove(page)
-            engine.free_pages.insert(0, page)  # the next allocations take them
+        assert set(own) <= set(engine.free_pages), engine.describe()
+        engine.put_first(list(own))  # the next allocations take them
         what = (
             f"{self.name}: request {req.rid} (row {req.row}) rebound to pages "
             f"{list(entry.pages[: len(own)])}, its duplicate pages {own} freed while its row "

@@ -1,13 +1,17 @@
-"""The engine model's allocators hold to SGLang's, run from their source beside them
-(``conformance/sglang/memory.py``): the same pages and pool rows, and the same free lists, over
-random allocations and frees."""
+"""SGLang's allocators, run from their source (``conformance/sglang/memory.py``), choose the
+pages and pool rows of the SGLang legs' and the suite's engine histories; the engine model's own
+lists, which the older releases run on, hold to them: the same pages and pool rows, and the same
+free lists, over random allocations and frees and over whole histories."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from conformance.sglang import memory
+from conformance.sglang import histories, memory
 from engine_model import Engine, EngineConfig
+from engine_model.free_lists import PageList, RowList
 
 
 def _config(page_size: int) -> EngineConfig:
@@ -21,24 +25,69 @@ def test_the_engine_allocates_pages_and_rows_as_sglang_does(page_size):
 
 
 def _fifo_pages(self, pages):
-    self.free_pages.extend(pages)
+    self._free.extend(pages)
 
 
 def _front_row(self):
-    return self.free_rows.pop(0)
+    return self._free.pop(0)
 
 
-@pytest.mark.parametrize(
-    ("page_size", "patch"),
-    [(2, ("_return_pages", _fifo_pages)), (1, ("_take_row", _front_row))],
-    ids=["pages freed to the back", "rows taken from the front"],
-)
-def test_an_allocator_in_another_order_is_caught(page_size, patch, monkeypatch):
-    """Able to fail: the engine's earlier orders (freed pages behind every free page, rows
-    from the front of the list) depart from SGLang's."""
-    monkeypatch.setattr(Engine, *patch)
+#: the engine's earlier orders: freed pages behind every free page, rows from the front
+OTHER_ORDERS = {
+    "pages freed to the back": (PageList, "free", _fifo_pages),
+    "rows taken from the front": (RowList, "take", _front_row),
+}
+
+
+@pytest.mark.parametrize(("page_size", "order"), [(2, "pages freed to the back"), (1, "rows taken from the front")])  # fmt: skip
+def test_an_allocator_in_another_order_is_caught(page_size, order, monkeypatch):
+    """Able to fail: the engine's earlier orders depart from SGLang's."""
+    monkeypatch.setattr(*OTHER_ORDERS[order])
     found = [memory.departures(_config(page_size), 150, seed) for seed in range(4)]
     assert any(found), found
+
+
+def _both(index: int) -> tuple[Engine, Engine]:
+    """History ``index`` of the SGLang legs run on an engine whose free lists are SGLang's
+    (the legs' own) and on one whose lists are the model's."""
+    config = histories.engine_config(index)
+    assert config.allocators == "sglang", memory.allocators()
+    engines = Engine(config), Engine(dataclasses.replace(config, allocators="model"))
+    for engine in engines:
+        histories.history(index, engine=engine)
+    return engines
+
+
+#: one history of each page size, window and EAGLE offset (histories.PAGE_SIZES, ...)
+INDICES = (0, 1, 2, 3, 7, 11)
+
+
+@pytest.mark.parametrize("index", INDICES)
+def test_sglang_s_allocators_drive_the_histories_and_the_model_s_lists_agree(index):
+    """The legs' histories take their pages and pool rows from SGLang's own allocator and
+    request pool (run from source, ``memory.SGLangPages`` and ``SGLangRows``); a history on the
+    model's lists makes every step alike: the same log, page table and free lists."""
+    theirs, mine = _both(index)
+    assert isinstance(theirs.page_allocator, memory.SGLangPages)
+    assert isinstance(theirs.row_allocator, memory.SGLangRows)
+    assert theirs.steps == mine.steps > 30 and theirs.log == mine.log
+    assert (theirs.req_to_token == mine.req_to_token).all()
+    assert (theirs.free_pages, theirs.free_rows) == (mine.free_pages, mine.free_rows)
+
+
+@pytest.mark.parametrize("order", OTHER_ORDERS)
+def test_a_history_on_lists_of_another_order_departs(order, monkeypatch):
+    """Able to fail: with the model's lists in another order, some history's page table or
+    free lists differ from the one SGLang's allocators make."""
+    monkeypatch.setattr(*OTHER_ORDERS[order])
+    differ = []
+    for index in INDICES:
+        theirs, mine = _both(index)
+        differ.append(
+            (theirs.req_to_token != mine.req_to_token).any()
+            or (theirs.free_pages, theirs.free_rows) != (mine.free_pages, mine.free_rows)
+        )
+    assert any(differ)
 
 
 @pytest.mark.parametrize("page_size", [1, 2, 4])

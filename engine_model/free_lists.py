@@ -1,0 +1,135 @@
+"""An engine's free lists: which pages and pool rows come next.
+
+That is an allocator's choice, made by the allocators the engine's configuration names
+(:attr:`engine_model.config.EngineConfig.allocators`, :data:`BACKENDS`): ``"model"``, this
+module's own lists in SGLang's orders (:class:`PageList`, :class:`RowList`), or others
+registered with :func:`register` (the suite registers ``"sglang"``: SGLang's own allocators and
+request pool, run from the installed release's source, ``conformance/sglang/memory.py``).
+Whatever they choose, the engine keeps the bookkeeping around it
+(:mod:`engine_model.allocators`: who holds a page, the SWA slots, the prefix cache).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from engine_model.config import EngineConfig
+
+__all__ = [
+    "BACKENDS",
+    "PageAllocator",
+    "PageList",
+    "RowAllocator",
+    "RowList",
+    "make_allocators",
+    "register",
+]
+
+
+class PageAllocator(Protocol):
+    """What an engine asks of its page allocator (pages are numbered from 1; page 0 is the
+    padding page)."""
+
+    def order(self) -> list[int]:
+        """The free pages, first in line first (a list the caller does not change)."""
+
+    def alloc(self, n: int) -> list[int] | None:
+        """``n`` pages, or None (nothing taken) when fewer are free."""
+
+    def free(self, pages: list[int]) -> None:
+        """One free call of ``pages`` (a request's release frees its pages in one)."""
+
+    def first_in_line(self, pages: list[int]) -> None:
+        """Make ``pages`` the first in line, in their order, whether they were free or not (a
+        fault frees a page in use so; the engine puts back pages it left out of an
+        allocation)."""
+
+
+class RowAllocator(Protocol):
+    """What an engine asks of its request pool (rows numbered from 1; row 0 is padding)."""
+
+    def order(self) -> list[int]:
+        """The free rows, last in line first."""
+
+    def take(self) -> int:
+        """A free row (there is one)."""
+
+    def give(self, row: int) -> None:
+        """``row`` back."""
+
+
+class PageList:
+    """The model's page allocator: a list of free pages in SGLang's order. With pages of one
+    slot, ``TokenToKVPoolAllocator.free`` appends a free call's pages (the next allocations
+    take the longest free first); with larger pages, ``PagedTokenToKVPoolAllocator.free`` puts
+    them, sorted, before every free page (the next allocations take them first). A PD decode
+    server sorts its free pages instead (``need_sort``), which the engine does not model: its
+    one allocator runs the order of a server without PD. ``conformance/sglang/memory.py`` holds
+    it to SGLang's own (``departures``)."""
+
+    def __init__(self, page_size: int, pages: list[int]):
+        self.page_size, self._free = page_size, list(pages)
+
+    def order(self) -> list[int]:
+        return self._free
+
+    def alloc(self, n: int) -> list[int] | None:
+        if n > len(self._free):
+            return None
+        taken = self._free[:n]
+        del self._free[:n]
+        return taken
+
+    def free(self, pages: list[int]) -> None:
+        if self.page_size == 1:
+            self._free.extend(pages)
+        else:
+            self._free[:0] = sorted(pages)
+
+    def first_in_line(self, pages: list[int]) -> None:
+        self._free[:] = pages + [page for page in self._free if page not in pages]
+
+
+class RowList:
+    """The model's request pool: ``ReqToTokenPool.alloc_rows`` takes the tail of its free list
+    (the row freed last), ``free_rows`` appends."""
+
+    def __init__(self, rows: list[int]):
+        self._free = list(rows)
+
+    def order(self) -> list[int]:
+        return self._free
+
+    def take(self) -> int:
+        return self._free.pop()
+
+    def give(self, row: int) -> None:
+        self._free.append(row)
+
+
+#: makes an engine's allocators: its configuration, its free pages (first in line first) and
+#: its free rows, in their first order
+Backend = Callable[[EngineConfig, list[int], list[int]], tuple[PageAllocator, RowAllocator]]
+
+#: the allocators an engine can run on, by the name its configuration gives
+BACKENDS: dict[str, Backend] = {
+    "model": lambda config, pages, rows: (PageList(config.page_size, pages), RowList(rows)),
+}
+
+
+def register(name: str, backend: Backend) -> None:
+    """Make ``backend`` the allocators of the engines whose configuration names ``name``."""
+    BACKENDS[name] = backend
+
+
+def make_allocators(config: EngineConfig, pages: list[int], rows: list[int]):
+    """The allocators ``config`` names, over free ``pages`` and ``rows``."""
+    try:
+        backend = BACKENDS[config.allocators]
+    except KeyError:
+        raise ValueError(
+            f"allocators={config.allocators!r}: none registered by that name "
+            f"(registered: {sorted(BACKENDS)}; conformance.sglang.memory registers 'sglang')"
+        ) from None
+    return backend(config, pages, rows)
