@@ -123,7 +123,9 @@ def register(name: str, backend: Backend) -> None:
     BACKENDS[name] = backend
 
 
-def make_allocators(config: EngineConfig, pages: list[int], rows: list[int]):
+def make_allocators(
+    config: EngineConfig, pages: list[int], rows: list[int]
+) -> tuple[PageAllocator, RowAllocator]:
     """The allocators ``config`` names, over free ``pages`` and ``rows``."""
     try:
         backend = BACKENDS[config.allocators]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine_model.config import KV_BYTES, EngineConfig
-from engine_model.free_lists import make_allocators
+from engine_model.free_lists import PageAllocator, RowAllocator, make_allocators
 from engine_model.hooks import EngineHooks
 from engine_model.vocabulary import FULL, SWA
 
@@ -68,9 +68,9 @@ class EngineState:
         #: (:data:`engine_model.free_lists.BACKENDS`): their first free pages shuffled, as a
         #: pool that has served before leaves them (SGLang's allocators start in ascending
         #: order; from then on the order is theirs), their free rows in ascending order
-        self.page_allocator, self.row_allocator = make_allocators(
-            c, pages, list(range(1, c.pool_rows))
-        )
+        allocators = make_allocators(c, pages, list(range(1, c.pool_rows)))
+        self.page_allocator: PageAllocator = allocators[0]
+        self.row_allocator: RowAllocator = allocators[1]
         #: per page, the requests that hold it, and the cached prefixes that do
         self.req_refs = np.zeros(c.num_pages, dtype=np.int64)
         self.cache_refs = np.zeros(c.num_pages, dtype=np.int64)
