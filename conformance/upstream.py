@@ -257,8 +257,13 @@ def main(argv: list[str] | None = None) -> int:
             "cpu",
             "--canary-expect",
             str(expectations_file(entry.version)),
-            "--hypothesis-profile",
-            "ci",
+            # the derandomized ``ci`` profile, unless the arguments name another (.ci/run: its
+            # ``mutation`` twin, the same examples, its expected failures left unshrunk)
+            *(
+                []
+                if any(a.startswith("--hypothesis-profile") for a in extra)
+                else ["--hypothesis-profile", "ci"]
+            ),
             *extra,  # any further pytest arguments
         ]
         status = subprocess.call([sys.executable, "-m", "pytest", *args])

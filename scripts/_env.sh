@@ -8,7 +8,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${CANARY_VENV:-$root/.venv}"
-python="${PYTHON:-python3}"
+source "$root/scripts/_specs.sh"
 
 # what the first run installs takes minutes: each step says so as it starts (on stderr)
 started=$SECONDS
@@ -21,9 +21,6 @@ fi
 py="$venv/bin/python"
 
 stamp="$venv/.canary-installed"
-torch_spec="${CANARY_TORCH:-torch==2.13.0}"
-# SGLang, whose own kv_canary the sglang leg runs, without its serving stack's dependencies
-sglang_spec="${CANARY_SGLANG:-sglang==0.5.23}"
 want="$(cat "$root/pyproject.toml"; echo "$torch_spec"; echo "$sglang_spec")"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     step "installing into $venv (once; later runs reuse it): 1/4 pip"

@@ -6,20 +6,33 @@
 # from an empty folder, where canary_torch passes the whole suite as a file implementation:
 # its one whole run here, so the gate leaves it out); then the self-tests of canary, reference,
 # strategies, the suite, the tools and the benchmarks' helpers. Extra arguments go to pytest.
-source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-# each step says when it starts, in seconds since the script did: where the time goes
-begun=$SECONDS
-mark() { echo "=== tests.sh ($((SECONDS - begun)) s): $*" >&2; }
+source "$root/scripts/_specs.sh"
 # the reports the installed-package check compares with, and its own work; gone at the end
 work="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 # the installed-package check's first half (tests/installed.py): build the wheel, install it
 # into a fresh environment, run the suite's command from an empty folder. It runs in the
-# background, mostly beside the single-threaded steps below; its log is shown when it is done.
-"$py" -m tests.installed outside --workdir "$work/installed" --torch "$torch_spec" \
-    --sglang "$sglang_spec" > "$work/installed.log" 2>&1 &
-installed=$!
+# background, beside the single-threaded steps below; its log is shown when it is done. It
+# needs a Python with pip and nothing of the project's environment, so where this machine's
+# Python has pip it starts before that environment is made: on a fresh clone the two installs,
+# each of one core, run side by side.
+installed=""
+start_installed() {
+    "$1" -m tests.installed outside --workdir "$work/installed" --torch "$torch_spec" \
+        --sglang "$sglang_spec" > "$work/installed.log" 2>&1 &
+    installed=$!
+}
+if "$python" -m pip --version > /dev/null 2>&1; then
+    start_installed "$python"
+fi
+source "$root/scripts/_env.sh"
+[ -n "$installed" ] || start_installed "$py"
+# each step says when it starts, in seconds since the script did: where the time goes
+begun=$SECONDS
+mark() { echo "=== tests.sh ($((SECONDS - begun)) s): $*" >&2; }
 # the sglang leg of the installed release (the newest; CANARY_SGLANG picks another): SGLang's
 # own kv_canary, which must fail exactly as that release's expectations file says; every release
 # runs in `tox -m upstream`. One process, in the background too, so that no core idles beside
@@ -28,7 +41,11 @@ installed=$!
 # the checks that fire, which the leg compares, holds for one trial as for the default two).
 # The support matrix's every cell runs nightly; here its install and history cells, one run of
 # each option, are a self-test (tests/suite/test_sglang_matrix.py).
+# The suite's run on it draws the ``ci`` profile's examples without shrinking its expected
+# failures (the ``mutation`` profile: 47 s against 86 s, docs/PERFORMANCE.md); the nightly legs
+# shrink them.
 CANARY_MATRIX=off CANARY_MANAGER_TRIALS=1 "$py" -m conformance.upstream run --canary-report "$work/sglang.json" -q \
+    --hypothesis-profile mutation \
     > "$work/sglang.log" 2>&1 &
 sglang=$!
 mark "lint: ruff, mypy, actionlint, zizmor"

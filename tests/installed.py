@@ -33,8 +33,9 @@
 6. Shows that it can fail: with ``hypothesis`` uninstalled from the fresh environment, the
    dependency check must name it and the command must fail to start.
 
-``scripts/tests.sh`` runs ``outside`` in the background beside its single-threaded steps and
-``compare`` once its own runs are done. Exit status 0 when every step holds; the first
+``scripts/tests.sh`` runs ``outside`` in the background from its start (with the machine's
+Python, where it has pip, beside the install of the project's environment: it imports nothing
+of that environment) and ``compare`` once its own runs are done. Exit status 0 when every step holds; the first
 broken step stops the check with status 1 and says why.
 """
 
@@ -54,8 +55,6 @@ import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-
-from conformance.upstream import DEFAULT_RELEASE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -462,8 +461,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", metavar="DIR", help="kept after the check (default: a temporary folder)")  # fmt: skip
     parser.add_argument("--inside", metavar="DIR", help="compare: the reports of the runs inside (see 5.)")  # fmt: skip
     parser.add_argument("--torch", default="torch==2.13.0", help="torch to install first (default %(default)s)")  # fmt: skip
-    parser.add_argument("--sglang", default=f"sglang=={DEFAULT_RELEASE}", help="SGLang release for the SGLang run (default %(default)s)")  # fmt: skip
+    parser.add_argument("--sglang", help="SGLang release for the SGLang run (default: the newest, conformance.upstream.DEFAULT_RELEASE)")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.sglang is None:  # imported here: ``outside`` runs before the project's environment
+        from conformance.upstream import DEFAULT_RELEASE
+
+        args.sglang = f"sglang=={DEFAULT_RELEASE}"
     if args.step and not args.workdir:
         parser.error(f"{args.step} needs --workdir")
     if args.step == "compare" and not args.inside:

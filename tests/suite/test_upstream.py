@@ -163,3 +163,26 @@ def test_core_level_leaves_sglang_only_its_real_divergences():
             assert not matched, f"a full-level entry matches core tests: {entry.pattern}"
         else:
             assert matched, f"a core entry matches no core test: {entry.pattern}"
+
+
+@pytest.mark.parametrize(
+    ("extra", "profile"),
+    [
+        ((), "ci"),
+        (("--hypothesis-profile", "mutation"), "mutation"),
+        (("--hypothesis-profile=dev",), None),
+    ],  # fmt: skip
+    ids=["by default", "named apart", "named with ="],
+)
+def test_the_run_draws_the_ci_profile_unless_another_is_named(extra, profile, monkeypatch):
+    """``run`` runs the suite on the installed release under the ``ci`` profile, or under the
+    one its arguments name (``.ci/run``: ``mutation``), never under both."""
+    calls = []
+    monkeypatch.setattr(upstream.subprocess, "call", lambda args: calls.append(args) or 0)
+    monkeypatch.setenv("CANARY_MATRIX", "off")
+    assert upstream.main(["run", *extra]) == 0
+    suite = calls[0]
+    named = [a for a in suite if a.startswith("--hypothesis-profile")]
+    assert len(named) == 1
+    if profile is not None:
+        assert suite[suite.index("--hypothesis-profile") + 1] == profile

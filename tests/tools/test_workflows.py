@@ -136,12 +136,14 @@ def test_nightly_runs_every_mutation_session_and_every_release():
 
 def test_the_scripts_install_the_default_sglang_release():
     """scripts/_env.sh installs the SGLang release conformance/upstream.py names the default
-    (the newest), unless CANARY_SGLANG names another: the shell's copy of the Python one."""
-    text = (ROOT / "scripts" / "_env.sh").read_text()
+    (the newest, scripts/_specs.sh), unless CANARY_SGLANG names another: the shell's copy of
+    the Python one."""
+    assert "_specs.sh" in (ROOT / "scripts" / "_env.sh").read_text()
+    text = (ROOT / "scripts" / "_specs.sh").read_text()
     found = re.search(r'sglang_spec="\$\{CANARY_SGLANG:-sglang==([^}"]+)\}"', text)
-    assert found, "scripts/_env.sh: no default SGLang release (sglang_spec)"
+    assert found, "scripts/_specs.sh: no default SGLang release (sglang_spec)"
     assert found[1] == DEFAULT_RELEASE, (
-        f"scripts/_env.sh installs sglang=={found[1]} by default, conformance/upstream.py "
+        f"scripts/_specs.sh installs sglang=={found[1]} by default, conformance/upstream.py "
         f"names {DEFAULT_RELEASE}"
     )
 
