@@ -62,7 +62,7 @@ mark "lint: ruff, mypy, actionlint, zizmor"
 mark "the compile check"
 "$py" -W ignore::UserWarning -m tools.compile_check --target cuda:90 --target hip:gfx942
 mark "the known-bad gate"
-# Left to the nightly gate, as .ci/run is at its 12-minute budget (docs/PERFORMANCE.md):
+# Left to the nightly gate, as .ci/run is near its 12-minute budget (docs/PERFORMANCE.md):
 # scale_chain_restarts_per_4096_chunk, whose kill needs a prefill of 8192 tokens under the
 # interpreter (42 to 66 s of a gate job in today's clean-clone runs, the dearest of the 70),
 # and the correct variant correct_ring_claims_reversed (42 to 46 s of its listed tests)
