@@ -48,9 +48,9 @@ from strategies.engines import engine_configs
 pytestmark = pytest.mark.plan
 
 #: The free lists that choose the engines' pages and pool rows, and why: SGLang's own
-#: allocators and request pool, run from the installed release's source where it has them in
-#: the shape the suite runs (from 0.5.20), else the engine model's lists, held to SGLang's
-#: orders by a self-test (``conformance/sglang/memory.py``).
+#: allocators and request pool (and its radix cache's eviction walk), run from the installed
+#: release's source where it has them in the shape the suite runs (from 0.5.20), else the engine
+#: model's lists and walk, held to SGLang's by self-tests (``conformance/sglang/memory.py``).
 ALLOCATORS = memory.allocators()
 #: The engines' sizes on this run's device, on those free lists.
 ENGINES = dict(engine_sizes(), allocators=ALLOCATORS[0])

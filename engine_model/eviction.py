@@ -22,7 +22,9 @@ node shares. The times follow SGLang's ``mem_cache/unified_cache/unified_tree_co
   that became an evictable leaf, until the tokens freed reach the request.
 
 The walk's choices are held to SGLang's own methods, run from source over the same tree, by
-``conformance/sglang/memory.py`` (:func:`conformance.sglang.memory.eviction_departures`). The
+``conformance/sglang/memory.py`` (:func:`conformance.sglang.memory.eviction_departures`); on an
+engine whose allocators are SGLang's (``EngineConfig.allocators``), those methods choose the
+nodes (:data:`engine_model.free_lists.EVICTIONS`) and the engine evicts them. The
 node boundaries and times are this module's reading of the tree core, not run: its match and
 insert need the serving stack. So is the amount asked for: the engine allocates row by row and
 asks for what the row lacks, where SGLang asks once a batch (for an extend batch on pages
@@ -35,6 +37,7 @@ from __future__ import annotations
 import heapq
 
 from engine_model.allocators import Allocators
+from engine_model.free_lists import EVICTIONS
 from engine_model.state import CacheEntry
 
 __all__ = ["Eviction"]
@@ -137,9 +140,11 @@ class Eviction(Allocators):
         heap = [(t, i, first) for t, i, _, first in leaves]
         entries = {i: e for _, i, e, _ in leaves}
         heapq.heapify(heap)
+        walk = EVICTIONS.get(self.config.allocators)
+        chosen = walk(self, tokens) if walk is not None and heap else None
         freed, evicted = 0, []
-        while freed < tokens and heap:
-            _, i, first = heapq.heappop(heap)
+        while freed < tokens and heap and chosen != []:
+            _, i, first = self._next_leaf(heap, entries, chosen)
             entry = entries[i]
             cut = self.truncate(entry, first)
             evicted.append(tuple(cut))
@@ -157,6 +162,25 @@ class Eviction(Allocators):
             self.log.append(f"evict: {len(evicted)} cached nodes, {freed} slots, for {tokens}")
         self.last_evicted = evicted
         return evicted
+
+    def _next_leaf(self, heap: list, entries: dict, chosen: list | None) -> tuple:
+        """The next leaf an eviction takes, out of ``heap``: the least recently used, or
+        (``chosen``: the nodes a registered walk chose, :data:`engine_model.free_lists.
+        EVICTIONS`) the leaf whose pages are the walk's next node; an ``AssertionError`` where
+        the engine has no such evictable leaf (the walk and the engine's tree differ)."""
+        if chosen is None:
+            leaf: tuple = heapq.heappop(heap)
+            return leaf
+        node = chosen.pop(0)
+        for k, (_, i, first) in enumerate(heap):
+            if tuple(entries[i].pages[first:]) == node:
+                leaf = heap.pop(k)
+                heapq.heapify(heap)
+                return leaf
+        raise AssertionError(
+            f"the eviction walk takes the cached node of pages {list(node)}, which is no "
+            f"evictable leaf of the engine's prefix cache:\n{self.describe()}"
+        )
 
     def truncate(self, entry: CacheEntry, keep: int) -> list[int]:
         """Cut a cached prefix to its first ``keep`` pages, releasing the others in one free

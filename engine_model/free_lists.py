@@ -4,7 +4,9 @@ That is an allocator's choice, made by the allocators the engine's configuration
 (:attr:`engine_model.config.EngineConfig.allocators`, :data:`BACKENDS`): ``"model"``, this
 module's own lists in SGLang's orders (:class:`PageList`, :class:`RowList`), or others
 registered with :func:`register` (the suite registers ``"sglang"``: SGLang's own allocators and
-request pool, run from the installed release's source, ``conformance/sglang/memory.py``).
+request pool, and its radix cache's eviction walk, which then chooses the cached nodes an
+eviction takes, :data:`EVICTIONS`; run from the installed release's source,
+``conformance/sglang/memory.py``).
 Whatever they choose, the engine keeps the bookkeeping around it
 (:mod:`engine_model.allocators`: who holds a page, the SWA slots, the prefix cache).
 """
@@ -12,12 +14,13 @@ Whatever they choose, the engine keeps the bookkeeping around it
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from engine_model.config import EngineConfig
 
 __all__ = [
     "BACKENDS",
+    "EVICTIONS",
     "PageAllocator",
     "PageList",
     "RowAllocator",
@@ -118,9 +121,19 @@ BACKENDS: dict[str, Backend] = {
 }
 
 
-def register(name: str, backend: Backend) -> None:
-    """Make ``backend`` the allocators of the engines whose configuration names ``name``."""
+#: which cached nodes an eviction for ``tokens`` slots takes, in order (each its pages), given
+#: the engine; by the name of the allocators that choose so (none: the engine's own walk,
+#: :meth:`engine_model.eviction.Eviction.evict_for`)
+EvictionWalk = Callable[[Any, int], list[tuple[int, ...]]]
+EVICTIONS: dict[str, EvictionWalk] = {}
+
+
+def register(name: str, backend: Backend, eviction: EvictionWalk | None = None) -> None:
+    """Make ``backend`` the allocators of the engines whose configuration names ``name``, and
+    ``eviction`` (if given) the walk that chooses what their prefix caches evict."""
     BACKENDS[name] = backend
+    if eviction is not None:
+        EVICTIONS[name] = eviction
 
 
 def make_allocators(

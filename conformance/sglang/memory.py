@@ -1,9 +1,15 @@
-"""SGLang's allocators run from their source beside the engine model's, which hold to them.
+"""SGLang's allocators and radix cache eviction walk, run from their source: they choose the
+pages, pool rows and evicted nodes of the suite's engine histories, and the engine model's own
+lists and walk, which the older releases run on, hold to them.
 
-The engine model (``engine_model/allocators.py``) hands out pages and pool rows in SGLang's
-order; this module runs SGLang's own allocators on the CPU, from the installed release's source
-(their modules import the serving stack), so that a self-test can require the same choices on
-the same sequence of allocations and frees (:func:`departures`):
+The engine model (``engine_model/allocators.py``, ``engine_model/free_lists.py``) asks its free
+lists for pages and pool rows; on an engine whose configuration names ``allocators="sglang"``
+(:func:`allocators`: the installed release has them in this shape, 0.5.20 on) those lists are
+SGLang's own allocators, run on the CPU from the installed release's source (their modules
+import the serving stack): :class:`SGLangPages` and :class:`SGLangRows`, and an eviction takes
+the nodes SGLang's walk chooses (:func:`eviction_walk`). The model's own lists and walk are held
+to the same choices on the same sequences by self-tests (:func:`departures`,
+:func:`eviction_departures`):
 
 - ``TokenToKVPoolAllocator`` (``mem_cache/allocator/token.py``), pages of one slot: ``alloc``
   takes from the front of its free list, ``free`` appends;
@@ -179,9 +185,6 @@ def _sglang_free_lists(config: EngineConfig, pages: list[int], rows: list[int]):
     return SGLangPages(config.page_size, pages), SGLangRows(config.pool_rows, rows)
 
 
-free_lists.register("sglang", _sglang_free_lists)
-
-
 @functools.cache
 def allocators() -> tuple[str, str]:
     """The free lists the suite's engines run on, and why: ``"sglang"`` where the installed
@@ -194,7 +197,18 @@ def allocators() -> tuple[str, str]:
     except (LookupError, OSError, ImportError, SyntaxError) as error:
         why = f"{type(error).__name__}: {error}"
         return "model", f"the engine model's lists (SGLang's allocators do not run here: {why})"
-    return "sglang", f"SGLang {upstream.installed_version()}'s allocators and request pool"
+    try:
+        _walk_methods()
+    except (LookupError, OSError, ImportError, SyntaxError) as error:
+        why = f"{type(error).__name__}: {error}"
+        return (
+            "model",
+            f"the engine model's lists (SGLang's eviction walk does not run here: {why})",
+        )
+    return "sglang", (
+        f"SGLang {upstream.installed_version()}'s allocators, request pool and radix cache "
+        "eviction walk"
+    )
 
 
 def departures(config: EngineConfig, steps: int, seed: int, engine: Engine | None = None):
@@ -259,7 +273,9 @@ def _walk_methods() -> tuple[dict, type, type]:
 
 def _tree(engine: Engine, node_type: type) -> tuple[types.SimpleNamespace, dict]:
     """The engine's cached paths as a tree of stand-in nodes: one a radix node, with its pages,
-    its last access time and its lock (a running request holds a page of it or below)."""
+    its last access time and its lock (a running request holds a page of it or below, or it is
+    on the path of the cached prefix the engine is moving, which the engine locks:
+    :attr:`engine_model.state.EngineState.moving`)."""
     root = node_type(id=0, parent=None, children={}, pages=(), last_access_time=0.0, lock_ref=0)
     for entry in engine.cache:
         node = root
@@ -278,8 +294,9 @@ def _tree(engine: Engine, node_type: type) -> tuple[types.SimpleNamespace, dict]
         node = stack.pop()
         nodes[id(node)] = node
         stack += node.children.values()
+    moving = set(engine.moving.pages) if engine.moving is not None else set()
     for node in nodes.values():
-        if node is not root and any(engine.req_refs[p] for p in node.pages):
+        if node is not root and any(engine.req_refs[p] or p in moving for p in node.pages):
             up = node
             while up is not root:
                 up.lock_ref += 1
@@ -325,7 +342,7 @@ def eviction_departures(config: EngineConfig, steps: int, seed: int) -> list[str
     eviction for a random number of slots made by the engine on a copy of itself and by
     SGLang's walk over the same tree: where the nodes they evict first differ (empty:
     nowhere), and how many evictions of two nodes or more were compared."""
-    engine = Engine(config)
+    engine = Engine(dataclasses.replace(config, allocators="model"))
     rng = np.random.default_rng(seed)
     multi = 0
     for step in range(steps):
@@ -447,3 +464,6 @@ def swa_free_departures(page_sizes=(1, 2, 4, 16), windows=(3, 5, 8, 20), length:
                                    f"{written} written: SGLang freed {sorted(freed - mine)}")  # fmt: skip
                     theirs, kept = theirs + len(freed), kept + len(mine - freed)
     return cases, out, theirs, kept
+
+
+free_lists.register("sglang", _sglang_free_lists, eviction=eviction_walk)

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from conformance.sglang import histories, memory
-from engine_model import Engine, EngineConfig
+from engine_model import Engine, EngineConfig, free_lists
 from engine_model.free_lists import PageList, RowList
 
 
@@ -65,14 +65,46 @@ INDICES = (0, 1, 2, 3, 7, 11)
 @pytest.mark.parametrize("index", INDICES)
 def test_sglang_s_allocators_drive_the_histories_and_the_model_s_lists_agree(index):
     """The legs' histories take their pages and pool rows from SGLang's own allocator and
-    request pool (run from source, ``memory.SGLangPages`` and ``SGLangRows``); a history on the
-    model's lists makes every step alike: the same log, page table and free lists."""
+    request pool (run from source, ``memory.SGLangPages`` and ``SGLangRows``), their evictions
+    from its radix cache's walk; a history on the model's lists and walk makes every step alike:
+    the same log, page table and free lists."""
     theirs, mine = _both(index)
     assert isinstance(theirs.page_allocator, memory.SGLangPages)
     assert isinstance(theirs.row_allocator, memory.SGLangRows)
     assert theirs.steps == mine.steps > 30 and theirs.log == mine.log
     assert (theirs.req_to_token == mine.req_to_token).all()
     assert (theirs.free_pages, theirs.free_rows) == (mine.free_pages, mine.free_rows)
+
+
+def test_sglang_s_walk_chooses_what_the_histories_evict(monkeypatch):
+    """On SGLang's allocators an eviction takes the cached nodes SGLang's radix cache walk
+    chooses (``memory.eviction_walk``, run from source), and the histories evict."""
+    calls = []
+    walk = free_lists.EVICTIONS["sglang"]
+    monkeypatch.setitem(free_lists.EVICTIONS, "sglang", lambda e, t: calls.append(t) or walk(e, t))
+    evicting = sum(_both(i)[0].events["an allocation that evicted cached leaves"] for i in INDICES)
+    assert evicting > 0 and len(calls) >= evicting
+
+
+def _reversed_walk(engine, tokens):
+    return list(reversed(memory.eviction_walk(engine, tokens)))
+
+
+@pytest.mark.parametrize("walk", [_reversed_walk, lambda engine, tokens: []], ids=["reversed", "none"])  # fmt: skip
+def test_a_walk_that_chooses_otherwise_changes_the_histories(walk, monkeypatch):
+    """Able to fail: with a walk of another choice (SGLang's nodes in reverse order, or none)
+    some history evicts otherwise than on the model's walk, or the engine refuses a node that
+    is no evictable leaf."""
+    monkeypatch.setitem(free_lists.EVICTIONS, "sglang", walk)
+    differ = []
+    for index in INDICES:
+        try:
+            theirs, mine = _both(index)
+        except AssertionError as refused:
+            differ.append("no evictable leaf" in str(refused))
+            continue
+        differ.append(theirs.log != mine.log or (theirs.req_to_token != mine.req_to_token).any())
+    assert any(differ)
 
 
 @pytest.mark.parametrize("order", OTHER_ORDERS)
