@@ -34,7 +34,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     step "3/4 the project and its tools (Triton, numpy, Hypothesis, pytest, ...)"
     "$py" -m pip install --quiet -e "$root[test]"
     step "4/4 $sglang_spec (without its dependencies, for the SGLang leg)"
-    "$py" -m pip install --quiet --no-deps "$sglang_spec"
+    # not byte-compiled: the legs import some fifty of its thousands of files (a few tenths of a
+    # second a process, where this machine writes no bytecode), and compiling them all takes
+    # 18 s against 6 s (docs/PERFORMANCE.md)
+    "$py" -m pip install --quiet --no-deps --no-compile "$sglang_spec"
     printf '%s' "$want" > "$stamp"
     step "installed"
 fi
