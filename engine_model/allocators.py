@@ -69,7 +69,8 @@ class Allocators(EngineState):
         self._take_out(skipped)
         pages = self.page_allocator.alloc(n)
         assert pages == free[:n], (pages, free[:n])
-        self.page_allocator.first_in_line(skipped)
+        if skipped:
+            self.page_allocator.first_in_line(skipped)
         for page in pages:
             if self._freed_at.get(page) == self.steps:
                 self.events["a page freed and handed out again within one step"] += 1

@@ -202,10 +202,10 @@ def target_selection(
     the tour and the tests its entry lists (every parametrization of each). ``whole_suite``
     runs every module for every target.
     """
-    listing = target.runs_in if target.expected == PASSES else target.dies_in
-    if whole_suite or not listing:
+    if whole_runs(target, whole_suite=whole_suite):
         i, n = target.shard
         return shards.split(suite_paths(properties_only=properties_only), n)[i - 1]
+    listing = target.runs_in if target.expected == PASSES else target.dies_in
     selection = []
     for path in suite_paths(properties_only=properties_only):
         module = path.removeprefix("conformance/")

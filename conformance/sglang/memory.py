@@ -136,7 +136,8 @@ class SGLangPages:
     pages an allocation leaves out put back) sets its free list."""
 
     def __init__(self, page_size: int, pages: list[int]):
-        self._sglang, self._p, self._order = page_allocator(page_size, pages), page_size, pages
+        self._sglang, self._p = page_allocator(page_size, pages), page_size
+        self._order = list(pages)
 
     def order(self) -> list[int]:
         return self._order
@@ -189,22 +190,16 @@ def _sglang_free_lists(config: EngineConfig, pages: list[int], rows: list[int]):
 def allocators() -> tuple[str, str]:
     """The free lists the suite's engines run on, and why: ``"sglang"`` where the installed
     release's allocators and request pool are in the shape :func:`page_allocator` and
-    :func:`row_pool` run (from 0.5.20), else ``"model"``, the engine's own lists held to
-    SGLang's orders by :func:`departures`."""
+    :func:`row_pool` run, and its eviction walk as :func:`eviction_walk` runs it (from 0.5.20),
+    else ``"model"``, the engine's own lists and walk, held to SGLang's by :func:`departures`
+    and :func:`eviction_departures`."""
     try:
         for page_size in (1, 2):
             _sglang_free_lists(EngineConfig(page_size=page_size), [1, 2], [1])
-    except (LookupError, OSError, ImportError, SyntaxError) as error:
-        why = f"{type(error).__name__}: {error}"
-        return "model", f"the engine model's lists (SGLang's allocators do not run here: {why})"
-    try:
         _walk_methods()
     except (LookupError, OSError, ImportError, SyntaxError) as error:
         why = f"{type(error).__name__}: {error}"
-        return (
-            "model",
-            f"the engine model's lists (SGLang's eviction walk does not run here: {why})",
-        )
+        return "model", f"the engine model's lists and walk (SGLang's do not run here: {why})"
     return "sglang", (
         f"SGLang {upstream.installed_version()}'s allocators, request pool and radix cache "
         "eviction walk"

@@ -86,6 +86,26 @@ def test_sglang_s_walk_chooses_what_the_histories_evict(monkeypatch):
     assert evicting > 0 and len(calls) >= evicting
 
 
+def test_only_sglang_s_own_methods_change_its_free_list_in_correct_histories(monkeypatch):
+    """The stand-in is no more capable than SGLang's allocator: in correct histories its free
+    list changes only by SGLang's own ``alloc`` and ``free``, never set from outside
+    (``first_in_line``), which only a fault does (seen here: a page freed while in use)."""
+    from conformance.engine_support import warm_up
+    from engine_model import faults
+
+    set_from_outside = []
+    real = memory.SGLangPages.first_in_line
+    monkeypatch.setattr(memory.SGLangPages, "first_in_line",
+                        lambda self, pages: set_from_outside.append(list(pages)) or real(self, pages))  # fmt: skip
+    for index in INDICES:
+        _both(index)
+    assert set_from_outside == []
+    engine = Engine(histories.engine_config(0))
+    warm_up(engine, lambda step: None)  # every fault class has a place after it
+    assert faults.make(engine, "freed_while_referenced", 0, 0) is not None
+    assert set_from_outside
+
+
 def _reversed_walk(engine, tokens):
     return list(reversed(memory.eviction_walk(engine, tokens)))
 
