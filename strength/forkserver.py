@@ -36,6 +36,7 @@ import signal
 import socket
 import struct
 import sys
+import tempfile
 
 # what every mutant's test run imports; the project's own packages are deliberately absent
 PRELOAD = (
@@ -107,6 +108,10 @@ def _child(conn: socket.socket, request: dict) -> None:
     sys.path[:0] = [request["cwd"]]
     sys.dont_write_bytecode = True
     os.environ.update(request["env"])
+    # the run's temporary files go where its TMPDIR says (the gate gives each run a folder
+    # that it removes): the server may have cached another folder, and os._exit below skips
+    # the atexit handlers that would remove what the run made
+    tempfile.tempdir = None
     fd = conn.fileno()
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -188,7 +193,7 @@ def run(path: str, args: list[str], limit: float) -> int:
     env = {
         key: value
         for key, value in os.environ.items()
-        if key.startswith(("HYPOTHESIS", "KV_CANARY", "CI"))
+        if key.startswith(("HYPOTHESIS", "KV_CANARY", "CI")) or key == "TMPDIR"
     }
     _send_message(
         conn, json.dumps({"cwd": os.getcwd(), "args": args, "limit": limit, "env": env}).encode()

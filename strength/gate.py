@@ -372,11 +372,14 @@ def run_target(
         )
         if socket is not None:
             command = via_fork_server(command, socket, timeout_s)
+        # the run's temporary files (a mutant's rewritten kernels) in this folder, removed
+        # with it whatever way the run ends
+        environment = child_environment() | {"TMPDIR": folder}
         try:
             completed = subprocess.run(
                 command,
                 cwd=REPO_ROOT,
-                env=child_environment(),
+                env=environment,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,

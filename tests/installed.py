@@ -14,8 +14,9 @@
    distribution the wheel requires.
 4. From an empty folder, runs the suite's command ``kv-canary-conformance``, each run with
    ``--canary-report``: the whole suite against a ``.py`` file implementation written into
-   that folder (canary_torch's API under the file's name, the quickest whole run; in
-   ``scripts/tests.sh`` this is canary_torch's one whole run, the gate leaving it out). On
+   that folder (canary_torch's API under the file's name, the quickest whole run; with
+   ``--file-run vectors``, as ``scripts/tests.sh`` runs it, its stored vectors only, and
+   canary_torch's whole run is the nightly gate's). On
    ``canary`` and on the SGLang adapter (with the installed package's expectations file for
    the installed release), whose whole runs the gate and the SGLang leg make inside the
    repository already, it runs the whole suite with every test but the stored vectors
@@ -287,18 +288,22 @@ def expectations_path(python: Path, folder: Path) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-def outside_runs(python: Path, folder: Path) -> list[Run]:
+def outside_runs(python: Path, folder: Path, file_run: str = "whole") -> list[Run]:
+    """The runs from the empty folder; ``file_run``: the file implementation's run, the whole
+    suite or its stored vectors."""
     common = ("--canary-device", "cpu", "--hypothesis-profile", "ci", "-p", "no:cacheprovider")
     expect = expectations_path(python, folder)
     sglang = "conformance.adapters.sglang"
     canary = ("--canary-impl", "canary", *common)
     sglang_args = ("--canary-impl", sglang, "--canary-expect", expect, *common)
+    file_args = ("--canary-impl", f"./{FILE_IMPL_NAME}", *common)
     return [
         Run(
-            f"the file {FILE_IMPL_NAME}",
-            ("--canary-impl", f"./{FILE_IMPL_NAME}", *common),
+            f"the file {FILE_IMPL_NAME}" + (", its stored vectors" if file_run == "vectors" else ""),
+            (*file_args, *VECTORS) if file_run == "vectors" else file_args,
             Path(FILE_IMPL_NAME).stem,
             "canary",  # the same whole suite, passed alike by every correct implementation
+            file_run,
         ),
         Run("canary, its stored vectors", (*canary, *VECTORS), "canary", "canary", "vectors"),
         Run("SGLang's kv_canary, its stored vectors", (*sglang_args, *VECTORS), sglang, sglang,
@@ -412,8 +417,8 @@ def outside(args: argparse.Namespace, workdir: Path) -> None:
     folder = workdir / "empty"
     folder.mkdir()
     (folder / FILE_IMPL_NAME).write_text(FILE_IMPL)
-    runs = outside_runs(python, folder)
-    # two at a time: the one whole run first, beside the short ones
+    runs = outside_runs(python, folder, args.file_run)
+    # two at a time: the longest run first, beside the short ones
     with ThreadPoolExecutor(max_workers=2) as pool:
         done = list(pool.map(lambda one: run_outside(python, folder, workdir, one), runs))
     made = []
@@ -461,6 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", metavar="DIR", help="kept after the check (default: a temporary folder)")  # fmt: skip
     parser.add_argument("--inside", metavar="DIR", help="compare: the reports of the runs inside (see 5.)")  # fmt: skip
     parser.add_argument("--torch", default="torch==2.13.0", help="torch to install first (default %(default)s)")  # fmt: skip
+    parser.add_argument("--file-run", choices=("whole", "vectors"), default="whole", help="the file implementation's run: the whole suite (default) or its stored vectors (scripts/tests.sh: canary_torch's whole run is the nightly gate's)")  # fmt: skip
     parser.add_argument("--sglang", help="SGLang release for the SGLang run (default: the newest, conformance.upstream.DEFAULT_RELEASE)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.sglang is None:  # imported here: ``outside`` runs before the project's environment

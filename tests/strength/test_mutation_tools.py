@@ -3,6 +3,7 @@ mutant, and the triage data with the check that holds it to a session (docs/STRE
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -63,37 +64,10 @@ def test_the_fork_server_sees_each_mutant(tmp_path):
     (tmp_path / "test_target.py").write_text(
         "import target\n\ndef test_value():\n    assert target.VALUE == 1\n"
     )
-    socket = tmp_path / "server.sock"
-    server = subprocess.Popen(
-        [sys.executable, str(FORKSERVER), "serve", "--socket", str(socket)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while not socket.exists():
-            assert server.poll() is None, server.stdout.read().decode()
-            assert time.monotonic() < deadline, "the fork server did not start"
-            time.sleep(0.1)
+    with fork_server(tmp_path) as socket:
 
         def run() -> int:
-            return subprocess.run(
-                [
-                    sys.executable,
-                    str(FORKSERVER),
-                    "run",
-                    "--socket",
-                    str(socket),
-                    "--",
-                    "-q",
-                    "-p",
-                    "no:cacheprovider",
-                    "test_target.py",
-                ],
-                cwd=tmp_path,
-                capture_output=True,
-                timeout=120,
-            ).returncode
+            return run_forked(socket, tmp_path, "test_target.py").returncode
 
         assert run() == 0
         (tmp_path / "target.py").write_text("VALUE = 2\n")  # a mutant of the same size
@@ -101,11 +75,60 @@ def test_the_fork_server_sees_each_mutant(tmp_path):
         (tmp_path / "target.py").write_text("VALUE = 1\n")
         assert run() == 0
         assert not list(tmp_path.glob("**/*.pyc")), "children must write no bytecode"
+
+
+def test_a_forked_run_makes_its_temporary_files_in_the_client_s_tmpdir(tmp_path):
+    """A mutant writes its rewritten kernels to a temporary folder that an atexit handler
+    removes, and a fork ends with os._exit, which runs no handler: the run's files go to the
+    TMPDIR of the client (the gate's folder of that run, removed with it), not the server's."""
+    (tmp_path / "server-tmp").mkdir()
+    (tmp_path / "run-tmp").mkdir()
+    (tmp_path / "test_probe.py").write_text(
+        "import tempfile\n\ndef test_probe():\n    tempfile.mkdtemp(prefix='probe-')\n"
+    )
+    with fork_server(tmp_path, TMPDIR=str(tmp_path / "server-tmp")) as socket:
+        ran = run_forked(socket, tmp_path, "test_probe.py", TMPDIR=str(tmp_path / "run-tmp"))
+    assert ran.returncode == 0, ran.stdout
+    assert [p.name[:6] for p in (tmp_path / "run-tmp").iterdir()] == ["probe-"]
+    assert not list((tmp_path / "server-tmp").iterdir())
+
+
+@contextlib.contextmanager
+def fork_server(folder: Path, **env: str):
+    """A fork server started in ``folder`` with ``env`` added to its environment; yields its
+    socket."""
+    socket = folder / "server.sock"
+    server = subprocess.Popen(
+        [sys.executable, str(FORKSERVER), "serve", "--socket", str(socket)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=os.environ | env,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not socket.exists():
+            assert server.poll() is None, server.stdout.read().decode()
+            assert time.monotonic() < deadline, "the fork server did not start"
+            time.sleep(0.1)
+        yield socket
     finally:
         server.terminate()
         server.wait(timeout=30)
         if os.path.exists(socket):
             os.unlink(socket)
+
+
+def run_forked(socket: Path, folder: Path, test_file: str, **env: str):
+    """The fork server's client running ``pytest -q test_file`` in ``folder``."""
+    command = [sys.executable, str(FORKSERVER), "run", "--socket", str(socket), "--", "-q"]
+    return subprocess.run(
+        [*command, "-p", "no:cacheprovider", test_file],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ | env,
+    )
 
 
 def test_a_replay_can_add_tests_to_a_sessions_selection():
