@@ -302,6 +302,7 @@ def inject_and_settle(
     flip=None,
     mode: str = DECODE,
     made: Fault | None = None,
+    lead=None,
 ):
     """Make a fault of class ``kind`` (``flip(group, slot, byte)`` changes the
     implementation's KV too), run its own steps (a faulty move) and :data:`SETTLE` through
@@ -310,7 +311,8 @@ def inject_and_settle(
     after the fault until the first report (None: none), or None when the engine has no place
     for the fault or too few free or evictable pages (or SWA slots) to settle. ``made``: a fault of the
     class already made in ``engine`` by other code (SGLang's own perturbation), judged the
-    same way."""
+    same way. ``lead(run)``: steps of the settle's own made before :data:`SETTLE` (a request
+    finishing as a server with overlap scheduling orders it)."""
     room = 2 * len(engine.running) + 1  # pages the settle may take, free or evictable
     if not engine.free_rows or len(engine.free_pages) + engine.evictable_pages() < room:
         return None
@@ -341,6 +343,8 @@ def inject_and_settle(
         oracle.flip(*fault.flip)
         if flip is not None:
             flip(*fault.flip)
+    if lead is not None:
+        lead(counted)
     settle(engine, counted, mode, pick)
     peer = "" if oracle.peer is None else oracle.peer.silence_problem()
     if peer:

@@ -19,7 +19,10 @@ no hierarchical cache, no PD disaggregation, no DP attention). Its cells:
 - ``fired``: a fault of every class (:mod:`engine_model.faults`) settled in each of the row's
   settle modes, one trial each, through SGLang's runtime; per forward mode the row's server
   makes (:attr:`Model.shows`: a settle step it never makes is left out), the checks that fired
-  (``.`` where the mode ran and nothing fired, empty where the row's trials never ran it).
+  (``.`` where the mode ran and nothing fired, empty where the row's trials never ran it). On
+  an overlap row each settle starts with a request finishing in the overlap order
+  (:func:`conformance.sglang.trials.overlap_lead`), and the cells count what fired in the
+  overshoot decode too, the fault's reports and the overlap's alike.
 
 The KV that a row's HiCache reloads and retraction restores move is moved as SGLang's own code
 moves it, run from its source (:mod:`conformance.sglang.kv_paths`, :func:`served`).
@@ -128,8 +131,6 @@ class Model:
             return "a correct history does not run through (the history cell)"
         if self.not_modelled:
             return self.not_modelled
-        if self.scheduling.overlap:
-            return "the fault trials settle in turn, not in the overlap order"
         if self.scheduling.tree:
             return "the fault trials settle in a chain's verifies, not a tree's"
         return "" if self.settle_modes else "no fault settles without a decode"
@@ -187,9 +188,10 @@ def served(scheduling: Scheduling) -> Scheduling | str:
 
 #: Overlap scheduling: each finish makes its overshoot decode, the next batch written into the
 #: freed row before that decode's canary reads it where the release's fence allows (overlap).
-OVERLAP = Model("model", 0, Scheduling(PLAIN_OPS, overlap=True), ())
-OVERLAP_EAGER = Model("model", 0, Scheduling(PLAIN_OPS, graphs=False, overlap=True), (),
-                      EAGER.shows)  # fmt: skip
+#: Its fault trials' settles start with such a finish (trials.overlap_lead).
+OVERLAP = Model("model", 0, Scheduling(PLAIN_OPS, overlap=True), PLAIN.settle_modes)
+OVERLAP_EAGER = Model("model", 0, Scheduling(PLAIN_OPS, graphs=False, overlap=True),
+                      EAGER.settle_modes, EAGER.shows)  # fmt: skip
 #: EAGLE drafting a tree: the target's verifies as SGLang's tree verify launches them, each
 #: accepted path's KV moved without the records (tree); the draft model's tree decode (``topk``
 #: tokens a step) is not modelled.
@@ -367,6 +369,8 @@ def _fired(models: tuple[Model, ...], page_size: int, window: int, trials: int) 
                             fault_class, t, mode, eagle_offset=model.offset,
                             page_size=row.page_size, window=row.window,
                             verify="verify" in model.scheduling.ops,
+                            overlap_graphs=model.scheduling.graphs
+                            if model.scheduling.overlap else None,
                         )  # fmt: skip
                     except (RuntimeError, TypeError, AttributeError) as error:  # SGLang's own
                         why = f"{model.name}'s trials raise {type(error).__name__} ({mode})"

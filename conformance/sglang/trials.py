@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from conformance.engine_support import OracleRun, inject_and_settle, warm_up
-from conformance.sglang import graphs, loading, wiring
-from conformance.sglang.histories import SEEDS, engine_config, hash_mode
+from conformance.sglang import graphs, loading, overlap, wiring
+from conformance.sglang.histories import PREFILL_CHUNK, SEEDS, engine_config, hash_mode
 from conformance.sglang.manager_run import ManagerRun, logged_problems
 from conformance.sglang.standins import (
     PerturbBatchStandIn,
@@ -53,6 +53,7 @@ __all__ = [
     "fault_trial",
     "judge",
     "kv_perturbation_trial",
+    "overlap_lead",
     "req_to_token_trial",
     "shared_prefix_trial",
     "start",
@@ -126,13 +127,14 @@ def judge(
     settle_mode: str = DECODE,
     quiet: str = "not reported",
     no_room: str = NO_ROOM,
+    lead=None,
 ) -> tuple[str, list[str]]:
     """A fault of ``fault_class`` (``made`` by SGLang's code already, or made here at ``pick``
     and ``byte``) settled with decodes in ``settle_mode`` and judged as its class predicts
     (through SGLang's replayed graphs, without the ``TOKEN`` bit a replay cannot report, [21]:
     :func:`conformance.sglang.graphs.graph_dues`); through SGLang's runtime, its reporter must
-    have logged every report. ``(outcome,
-    problems)``: ``reported``, ``quiet`` (no report) or ``no_room``."""
+    have logged every report; ``lead``: the settle's first steps
+    (:func:`conformance.engine_support.inject_and_settle`). ``(outcome, problems)``: ``reported``, ``quiet`` (no report) or ``no_room``."""
     if made is not None:
         trial.engine.log.append(f"FAULT {made.what}")
     flip = None if trial.side is None else trial.side.flip
@@ -142,7 +144,7 @@ def judge(
     with graphs.graph_dues(faults.FAULTS[fault_class], replays, counted, runner):
         judged = inject_and_settle(
             trial.engine, trial.reference_run, fault_class, pick, byte, trial.run, flip=flip,
-            mode=settle_mode, made=made,
+            mode=settle_mode, made=made, lead=lead,
         )  # fmt: skip
     if trial.side is not None:
         trial.side.token_dues += counted[0]
@@ -360,6 +362,7 @@ def fault_trial(
     page_size: int | None = None,
     window: int | None = None,
     verify: bool = True,
+    overlap_graphs: bool | None = None,
 ) -> tuple[str, list[str], ManagerRun]:
     """A fault of class ``fault_class`` made after a warm-up (no padding rows amid a batch, as
     SGLang makes them) and settled with decodes in ``settle_mode``, on SGLang's runtime and the
@@ -368,7 +371,10 @@ def fault_trial(
     settle mode, else the target model's, and runs as a server with EAGLE runs it where it
     verifies or drafts (:func:`wiring.servable`), else as one without; ``page_size``,
     ``window``: the engine's, not those :func:`engine_config` cycles over; ``verify`` False: a
-    warm-up without a target verify (:func:`start`). ``(outcome, problems, side)``:
+    warm-up without a target verify (:func:`start`); ``overlap_graphs`` (None: a server
+    without overlap scheduling): the settle starts with request ``index`` finishing as SGLang's
+    overlap loop orders it, its overshoot decode replaying a graph where True
+    (:func:`overlap_lead`). ``(outcome, problems, side)``:
     ``reported``, ``silent`` (nothing due, nothing reported) or ``no place``."""
     cls = faults.FAULTS[fault_class]
     if cls.target_model_only:
@@ -384,12 +390,34 @@ def fault_trial(
         eagle_offset=eagle_offset, page_size=page_size, window=window,
     )  # fmt: skip
     trial = start(config, through_sglang=True, verify=verify, eagle=eagle)
+    lead = None if overlap_graphs is None else overlap_lead(trial.engine, index, overlap_graphs)
     outcome, problems = judge(
         trial, fault_class, pick=index, byte=index % KV_BYTES, settle_mode=settle_mode,
-        quiet="silent", no_room="no place",
+        quiet="silent", no_room="no place", lead=lead,
     )  # fmt: skip
     assert trial.side is not None
     return outcome, problems, trial.side
+
+
+#: The overlap lead's overshoot decode: its graph's padding rows; the tokens of the request
+#: the next batch admits into the freed row.
+OVERLAP_PAD, OVERLAP_TOKENS = 2, 3
+
+
+def overlap_lead(engine: Engine, pick: int, graph: bool) -> Callable:
+    """A settle's first steps under overlap scheduling: request ``pick`` finishes, its overshoot
+    decode (replaying a graph where ``graph``) read as SGLang's overlap loop lets its canary
+    read it, then the next batch admitted into the freed row and prefilled
+    (:func:`conformance.sglang.overlap.finish`)."""
+
+    def lead(run: Callable) -> None:
+        def keep(step) -> None:
+            if step is not None:
+                run(step)
+
+        overlap.finish(engine, pick, graph, OVERLAP_PAD, OVERLAP_TOKENS, PREFILL_CHUNK, keep)
+
+    return lead
 
 
 def shared_prefix_trial(index: int) -> ManagerRun:

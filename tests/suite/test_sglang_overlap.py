@@ -125,3 +125,25 @@ def test_an_eager_decode_is_fenced_whole_unless_it_publishes_an_event(tmp_path):
     target.parent.mkdir(parents=True)
     target.write_text(source[:body] + publish + source[body:])
     assert not overlap.eager_decode_is_fenced(tmp_path)
+
+
+@pytest.mark.parametrize("graphs", [True, None], ids=["overlap, decode graphs", "no overlap"])
+def test_an_overlap_row_s_fault_trial_settles_through_an_overshoot_decode(monkeypatch, graphs):
+    """The overlap rows' fired cells come from fault trials whose settle starts with a request
+    finishing in the overlap order (``trials.overlap_lead``): its overshoot decode, replaying a
+    graph, read with the next batch's entries in the freed row, as the release's fence lets
+    it; able to fail: a trial of a server without overlap makes no such decode."""
+    from conformance.sglang import trials
+
+    freed: list[int] = []
+    real = overlap.as_read
+
+    def spy(overshoot, following, row):
+        freed.append(row)
+        return real(overshoot, following, row)
+
+    monkeypatch.setattr(overlap, "as_read", spy)
+    (mode, _) = matrix.OVERLAP.settle_modes
+    outcome, _, side = trials.fault_trial("page_swap", 0, mode, overlap_graphs=graphs)
+    assert outcome == "reported"
+    assert len(freed) == (0 if graphs is None else 1)
