@@ -560,9 +560,9 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="MODULE",
-        help="a module not to run here, named exactly, because another step or job runs it "
-        "(scripts/tests.sh: canary_torch, which the installed-package check runs whole from "
-        "an empty folder; one mutant the nightly gate kills, see there); repeatable",
+        help="a module not to run here, named exactly, because another job runs it "
+        "(scripts/tests.sh: canary_torch, the variant and three mutants, whose runs the "
+        "nightly gate makes; see there); repeatable",
     )
     parser.add_argument(
         "--shards",
