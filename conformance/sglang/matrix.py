@@ -22,7 +22,10 @@ no hierarchical cache, no PD disaggregation, no DP attention). Its cells:
   (``.`` where the mode ran and nothing fired, empty where the row's trials never ran it). On
   an overlap row each settle starts with a request finishing in the overlap order
   (:func:`conformance.sglang.trials.overlap_lead`), and the cells count what fired in the
-  overshoot decode too, the fault's reports and the overlap's alike.
+  overshoot decode too, the fault's reports and the overlap's alike. On the tree row every
+  target verify of the target's trials, the warm-up's and the settle's, is a tree verify
+  (:func:`conformance.sglang.tree.verify`), and its cells count what the moves of the accepted
+  paths leave behind too.
 
 The KV that a row's HiCache reloads and retraction restores move is moved as SGLang's own code
 moves it, run from its source (:mod:`conformance.sglang.kv_paths`, :func:`served`).
@@ -131,8 +134,6 @@ class Model:
             return "a correct history does not run through (the history cell)"
         if self.not_modelled:
             return self.not_modelled
-        if self.scheduling.tree:
-            return "the fault trials settle in a chain's verifies, not a tree's"
         return "" if self.settle_modes else "no fault settles without a decode"
 
     prefill_graphs: bool = False
@@ -195,8 +196,8 @@ OVERLAP_EAGER = Model("model", 0, Scheduling(PLAIN_OPS, graphs=False, overlap=Tr
 #: EAGLE drafting a tree: the target's verifies as SGLang's tree verify launches them, each
 #: accepted path's KV moved without the records (tree); the draft model's tree decode (``topk``
 #: tokens a step) is not modelled.
-TARGET_TREE = Model("target", 0, Scheduling(TARGET_OPS, fallback="verify", tree=True), (),
-                    TARGET.shows)  # fmt: skip
+TARGET_TREE = Model("target", 0, Scheduling(TARGET_OPS, fallback="verify", tree=True),
+                    TARGET.settle_modes, TARGET.shows)  # fmt: skip
 DRAFT_TREE = Model("draft", 1, Scheduling(DRAFT_OPS, fallback="draft"), (), DRAFT.shows,
                    not_modelled="the engine model's draft decode writes one token a step, a "
                    "tree's draft decode topk")  # fmt: skip
@@ -357,6 +358,10 @@ def _fired(models: tuple[Model, ...], page_size: int, window: int, trials: int) 
     fired: Counter = Counter()
     ran: set[str] = set()  # the step labels the trials ran that the row's server makes
     for model in row.models:
+        if model.settle_modes and model.scheduling.tree:
+            scheduling = served(model.scheduling)
+            if isinstance(scheduling, str):  # the tree's path does not run on this release
+                return (scheduling, *[""] * (len(MODES) - 1))
         classes = [  # a class that needs a target verify, where the model makes one
             k for k, c in faults.FAULTS.items()
             if not c.target_model_only or "verify" in model.scheduling.ops
@@ -371,6 +376,7 @@ def _fired(models: tuple[Model, ...], page_size: int, window: int, trials: int) 
                             verify="verify" in model.scheduling.ops,
                             overlap_graphs=model.scheduling.graphs
                             if model.scheduling.overlap else None,
+                            tree_records=_tree_records(model),
                         )  # fmt: skip
                     except (RuntimeError, TypeError, AttributeError) as error:  # SGLang's own
                         why = f"{model.name}'s trials raise {type(error).__name__} ({mode})"
@@ -383,6 +389,17 @@ def _fired(models: tuple[Model, ...], page_size: int, window: int, trials: int) 
         names = [SHORT[c] for c in CHECKS if counts.get((c, label))]
         cells.append(" ".join(names) if names else ("." if label in ran else ""))
     return tuple(cells)
+
+
+def _tree_records(model: Model) -> bool | None:
+    """Whether a tree server moves the accepted path's records with its KV, as SGLang's path
+    carries them on this release (None: the model's server drafts a chain; :func:`_fired`
+    runs no trial of a tree server where that path does not run)."""
+    if not model.scheduling.tree:
+        return None
+    scheduling = served(model.scheduling)
+    assert not isinstance(scheduling, str), scheduling
+    return scheduling.tree_records
 
 
 def row_cells(row: Row, columns: tuple[str, ...]) -> list[str]:

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from conformance.engine_support import OracleRun, inject_and_settle, warm_up
-from conformance.sglang import graphs, loading, overlap, wiring
+from conformance.sglang import graphs, loading, overlap, tree, wiring
 from conformance.sglang.histories import PREFILL_CHUNK, SEEDS, engine_config, hash_mode
 from conformance.sglang.manager_run import ManagerRun, logged_problems
 from conformance.sglang.standins import (
@@ -98,13 +98,16 @@ def start(
     through_sglang: bool = False,
     verify: bool = True,
     eagle: bool | None = None,
+    tree_records: bool | None = None,
 ) -> Trial:
     """An engine of ``config`` after its warm-up, run on the reference, and ``through_sglang``
     on SGLang's per-forward runtime beside it (the warm-up's decode without padding rows amid
     its batch, as SGLang makes them; the engine as a server runs it, :func:`wiring.servable`;
     ``verify`` False: a warm-up without a target verify, as a server without speculative
     decoding runs; ``eagle``: whether the server runs EAGLE, by default where the engine is
-    the draft model's)."""
+    the draft model's; ``tree_records`` (None: EAGLE drafting a chain): every target verify as
+    a server drafting a tree runs it, :func:`conformance.sglang.tree.verify`, the accepted
+    path's records moved with its KV where True)."""
     engine = Engine(wiring.servable(config, eagle) if through_sglang else config)
     reference_run = OracleRun(engine)
     if not through_sglang:
@@ -112,9 +115,21 @@ def start(
         return Trial(engine, reference_run, reference_run.forward_or_sweep)
     side = ManagerRun(engine, reference_run)
     run = functools.partial(side.run, reference_run)
+    if tree_records is not None:
+        run = _as_tree_server(engine, run, tree_records)
     warm_up(engine, run, pad=0, verify=verify)
     side.step_labels.clear()  # the labels of what follows the warm-up
     return Trial(engine, reference_run, run, side)
+
+
+def _as_tree_server(engine: Engine, run: Callable, records: bool) -> Callable:
+    """``run`` of each step as a server drafting a tree runs it (:func:`tree.verify`)."""
+
+    def each(step) -> None:
+        for one in tree.verify(engine, step, records=records):
+            run(one)
+
+    return each
 
 
 def judge(
@@ -363,6 +378,7 @@ def fault_trial(
     window: int | None = None,
     verify: bool = True,
     overlap_graphs: bool | None = None,
+    tree_records: bool | None = None,
 ) -> tuple[str, list[str], ManagerRun]:
     """A fault of class ``fault_class`` made after a warm-up (no padding rows amid a batch, as
     SGLang makes them) and settled with decodes in ``settle_mode``, on SGLang's runtime and the
@@ -374,7 +390,9 @@ def fault_trial(
     warm-up without a target verify (:func:`start`); ``overlap_graphs`` (None: a server
     without overlap scheduling): the settle starts with request ``index`` finishing as SGLang's
     overlap loop orders it, its overshoot decode replaying a graph where True
-    (:func:`overlap_lead`). ``(outcome, problems, side)``:
+    (:func:`overlap_lead`); ``tree_records`` (None: EAGLE drafting a chain): every target
+    verify, the warm-up's and the settle's, as a server drafting a tree runs it (:func:`start`).
+    ``(outcome, problems, side)``:
     ``reported``, ``silent`` (nothing due, nothing reported) or ``no place``."""
     cls = faults.FAULTS[fault_class]
     if cls.target_model_only:
@@ -389,7 +407,8 @@ def fault_trial(
         index, seed=SEEDS.fault_trial, real_kv_hash_mode=hash_mode(index),
         eagle_offset=eagle_offset, page_size=page_size, window=window,
     )  # fmt: skip
-    trial = start(config, through_sglang=True, verify=verify, eagle=eagle)
+    trial = start(config, through_sglang=True, verify=verify, eagle=eagle,
+                  tree_records=tree_records)  # fmt: skip
     lead = None if overlap_graphs is None else overlap_lead(trial.engine, index, overlap_graphs)
     outcome, problems = judge(
         trial, fault_class, pick=index, byte=index % KV_BYTES, settle_mode=settle_mode,

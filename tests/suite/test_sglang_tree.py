@@ -127,3 +127,24 @@ def test_a_tree_s_expected_inputs_follow_its_inputs_where_they_were_the_inputs()
         assert (write["expected_input_positions"] == write["positions"]).all()
         changed += int((write["input_ids"] != chain.write["input_ids"]).any())
     assert changed
+
+
+@pytest.mark.parametrize("records", [False, None], ids=["a tree server", "a chain server"])
+def test_the_tree_row_s_fault_trials_verify_as_a_tree(monkeypatch, records):
+    """The tree row's fired cells come from fault trials whose every target verify, the
+    warm-up's and the settle's, is a tree verify (``trials.fault_trial(tree_records=...)``);
+    able to fail: a trial of a chain server makes none."""
+    from conformance.sglang import trials
+
+    made: list[int] = []
+    real = tree.as_tree
+
+    def spy(engine, forward, records=False):
+        made.append(len(forward.plan["req_pool_indices"]))
+        return real(engine, forward, records)
+
+    monkeypatch.setattr(tree, "as_tree", spy)
+    (mode, _) = TARGET.settle_modes
+    trials.fault_trial("page_swap", 0, mode, tree_records=records)
+    assert len(made) >= (0 if records is None else 2), made
+    assert records is not None or made == []
