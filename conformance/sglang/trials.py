@@ -149,7 +149,8 @@ def judge(
     (through SGLang's replayed graphs, without the ``TOKEN`` bit a replay cannot report, [21]:
     :func:`conformance.sglang.graphs.graph_dues`); through SGLang's runtime, its reporter must
     have logged every report; ``lead``: the settle's first steps
-    (:func:`conformance.engine_support.inject_and_settle`). ``(outcome, problems)``: ``reported``, ``quiet`` (no report) or ``no_room``."""
+    (:func:`conformance.engine_support.inject_and_settle`). ``(outcome, problems)``:
+    ``reported``, ``quiet`` (no report) or ``no_room``."""
     if made is not None:
         trial.engine.log.append(f"FAULT {made.what}")
     flip = None if trial.side is None else trial.side.flip
