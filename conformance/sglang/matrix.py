@@ -358,10 +358,14 @@ def _fired(models: tuple[Model, ...], page_size: int, window: int, trials: int) 
     fired: Counter = Counter()
     ran: set[str] = set()  # the step labels the trials ran that the row's server makes
     for model in row.models:
+        # a tree server's trials move the accepted paths' records where SGLang's path carries
+        # them on this release (None: a chain server's)
+        tree_records = None
         if model.settle_modes and model.scheduling.tree:
             scheduling = served(model.scheduling)
             if isinstance(scheduling, str):  # the tree's path does not run on this release
                 return (scheduling, *[""] * (len(MODES) - 1))
+            tree_records = scheduling.tree_records
         classes = [  # a class that needs a target verify, where the model makes one
             k for k, c in faults.FAULTS.items()
             if not c.target_model_only or "verify" in model.scheduling.ops
@@ -376,7 +380,7 @@ def _fired(models: tuple[Model, ...], page_size: int, window: int, trials: int) 
                             verify="verify" in model.scheduling.ops,
                             overlap_graphs=model.scheduling.graphs
                             if model.scheduling.overlap else None,
-                            tree_records=_tree_records(model),
+                            tree_records=tree_records,
                         )  # fmt: skip
                     except (RuntimeError, TypeError, AttributeError) as error:  # SGLang's own
                         why = f"{model.name}'s trials raise {type(error).__name__} ({mode})"
@@ -389,17 +393,6 @@ def _fired(models: tuple[Model, ...], page_size: int, window: int, trials: int) 
         names = [SHORT[c] for c in CHECKS if counts.get((c, label))]
         cells.append(" ".join(names) if names else ("." if label in ran else ""))
     return tuple(cells)
-
-
-def _tree_records(model: Model) -> bool | None:
-    """Whether a tree server moves the accepted path's records with its KV, as SGLang's path
-    carries them on this release (None: the model's server drafts a chain; :func:`_fired`
-    runs no trial of a tree server where that path does not run)."""
-    if not model.scheduling.tree:
-        return None
-    scheduling = served(model.scheduling)
-    assert not isinstance(scheduling, str), scheduling
-    return scheduling.tree_records
 
 
 def row_cells(row: Row, columns: tuple[str, ...]) -> list[str]:

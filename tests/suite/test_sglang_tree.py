@@ -146,5 +146,7 @@ def test_the_tree_row_s_fault_trials_verify_as_a_tree(monkeypatch, records):
     monkeypatch.setattr(tree, "as_tree", spy)
     (mode, _) = TARGET.settle_modes
     trials.fault_trial("page_swap", 0, mode, tree_records=records)
-    assert len(made) >= (0 if records is None else 2), made
-    assert records is not None or made == []
+    if records is None:
+        assert made == []
+    else:  # the warm-up's verify and the settle's
+        assert len(made) >= 2, made
