@@ -188,7 +188,7 @@ def engine_step_sizes() -> dict:
     """The steps of an engine history on this run's device: new prompt tokens, prefill chunks,
     the padding rows of a decode batch, and the rules of one history."""
     if ON_CPU:
-        return dict(new_tokens=8, chunk=6, pads=(0, 0, 1, 3), steps=20)
+        return dict(new_tokens=8, chunk=6, pads=(0, 0, 1, 3), steps=25)
     return dict(new_tokens=512, chunk=256, pads=(0, 0, 1, 3, 31), steps=200)
 
 
