@@ -175,11 +175,12 @@ def layout_sizes() -> dict:
 
 def engine_sizes() -> dict:
     """Engines of ``conformance/test_engine.py`` on this run's device (keywords of
-    :func:`strategies.engines.engine_configs`): a few dozen slots of pages of 1, 2 and 4 under
-    the interpreter, windows of 3 and 5; thousands of slots on a GPU, pages up to 64 slots as
+    :func:`strategies.engines.engine_configs`): a few dozen slots of pages of 1, 2, 4 and 8, or
+    a few hundred of pages of 16 (a context of two pages), under the interpreter, windows of 3
+    and 5; thousands of slots on a GPU, pages up to 64 slots as
     SGLang serves and windows of several pages."""
     if ON_CPU:
-        return dict(max_pages=24, max_context_len=16, max_rows=6)
+        return dict(max_pages=24, max_context_len=16, max_rows=6, page_sizes=(1, 2, 4, 8, 16))
     return dict(max_pages=4096, max_context_len=1024, max_rows=64,
                 page_sizes=(1, 2, 4, 16, 64), windows=(0, 0, 3, 5, 40, 130))  # fmt: skip
 

@@ -31,18 +31,20 @@ def engine_configs(
     windows: tuple[int, ...] = (0, 0, 3, 5),
     allocators: str = "model",
 ) -> EngineConfig:
-    """Engines of up to ``max_pages`` pages of ``page_sizes`` slots (1, 2 or 4) and ``max_rows``
+    """Engines of up to ``max_pages`` pages of ``page_sizes`` slots (default 1, 2 or 4) and ``max_rows``
     pool rows of up to ``max_context_len`` positions (the defaults run many steps under the
     interpreter), with a sliding window of ``windows`` (0: none) and without, with and without
     the EAGLE offset, in every hash mode, on the free lists ``allocators`` names (not drawn:
     :attr:`engine_model.EngineConfig.allocators`); a page size whose two pages do not fit in
-    ``max_context_len`` is not drawn::
+    ``max_context_len`` gets a context of exactly two pages::
 
         engine_configs(max_pages=24, max_context_len=16)
     """
-    fits = tuple(p for p in page_sizes if 2 * p <= max(4, max_context_len)) or (1,)
-    page_size = draw(st.sampled_from(fits), label="page_size")
-    context_len = draw(st.integers(max(4, page_size * 2), max_context_len), label="context_len")
+    page_size = draw(st.sampled_from(page_sizes), label="page_size")
+    least_context = max(4, page_size * 2)
+    context_len = draw(
+        st.integers(least_context, max(least_context, max_context_len)), label="context_len"
+    )
     num_pages = draw(
         st.integers(
             max(4, -(-min_slots // page_size)), max(4, max_pages, -(-min_slots // page_size))
