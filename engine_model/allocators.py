@@ -1,5 +1,5 @@
-"""The allocators of an engine: pages of the full pool (each page with an SWA slot per slot
-under a window, taken from the cached positions no request uses when the SWA pool runs short),
+"""The allocators of an engine: pages of the full pool (each page with an SWA page under a
+window, taken from the cached positions no request uses when the SWA pool runs short),
 pool rows, and their release. Which free page or row comes next is the choice of the free lists
 the configuration names (:mod:`engine_model.free_lists`).
 """
@@ -7,6 +7,8 @@ the configuration names (:mod:`engine_model.free_lists`).
 from __future__ import annotations
 
 from collections.abc import Callable
+
+import numpy as np
 
 from engine_model.state import EngineState, Request
 
@@ -22,34 +24,35 @@ class Allocators(EngineState):
     evict_for: Callable[[int], list[tuple[int, ...]]]
 
     def _swa_room(self, pages: list[int]) -> bool:
-        """Whether the SWA pool has a slot for every slot of ``pages`` that has none (a page
-        freed while in use keeps its SWA slots), after taking the SWA slots of cached
+        """Whether the SWA pool has a page for every page of ``pages`` that has none (a page
+        freed while in use keeps its SWA page), after taking the SWA pages of cached
         positions no request uses, oldest first, as SGLang's SWA cache evicts under
         pressure."""
         if self.lut is None:
             return True
-        need = sum(1 for page in pages for s in self.page_slots(page) if not self.lut[s])
+        need = sum(1 for page in pages if not self.lut[page * self.config.page_size])
         for entry in list(self.cache):
-            if len(self.free_swa) >= need:
+            if len(self.swa_allocator.order()) >= need:
                 break
             for full in self.cached_full_slots(entry):
                 if self.lut[full] and not self.req_refs[full // self.config.page_size]:
-                    self._evict_slots([full])
+                    self._evict_slots([full])  # its whole SWA page
                     self.events["swa slot of a cached position evicted under pressure"] += 1
-        return len(self.free_swa) >= need
+        return len(self.swa_allocator.order()) >= need
 
     def spare_swa_slots(self) -> int:
         """SWA slots an allocation can have now: the free ones and those of cached positions
         no request uses (the whole full pool's when there is no window)."""
         if self.lut is None:
             return self.config.num_slots
+        p = self.config.page_size
         cached = {
-            full
+            full // p
             for entry in self.cache
             for full in self.cached_full_slots(entry)
-            if self.lut[full] and not self.req_refs[full // self.config.page_size]
+            if self.lut[full] and not self.req_refs[full // p]
         }
-        return len(self.free_swa) + len(cached)
+        return (len(self.swa_allocator.order()) + len(cached)) * p
 
     def _alloc_pages(self, n: int, exclude=()) -> list[int] | None:
         """``n`` pages, each with its SWA slots, or None (nothing taken) when the pools lack
@@ -76,10 +79,13 @@ class Allocators(EngineState):
                 self.events["a page freed and handed out again within one step"] += 1
         for page in pages:
             self.req_refs[page] += 1
-            if self.lut is not None:
-                for s in self.page_slots(page):
-                    if not self.lut[s]:
-                        self.lut[s] = self.free_swa.pop(0)
+        if self.lut is not None:  # an SWA page for each page without one, in one call
+            p = self.config.page_size
+            unmapped = [page for page in pages if not self.lut[page * p]]
+            swa = self.swa_allocator.alloc(len(unmapped))
+            assert swa is not None and len(swa) == len(unmapped), (swa, unmapped)
+            for page, swa_page in zip(unmapped, swa, strict=True):
+                self.lut[self.page_slots(page)] = np.arange(swa_page * p, (swa_page + 1) * p)
         return pages
 
     def _release(self, page: int, *, cache: bool) -> None:
@@ -139,13 +145,19 @@ class Allocators(EngineState):
         self.row_allocator.give(row)
 
     def _evict_slots(self, slots) -> None:
-        """Free the SWA slots of the full slots ``slots`` (their table entries set to 0)."""
+        """Free the SWA pages of the full slots ``slots``, in one call: every slot of their
+        pages loses its SWA slot (its table entry set to 0), as SGLang's ``free_swa`` widens
+        a free to whole pages (``_expand_to_full_pages``)."""
         if self.lut is None:
             return
-        for s in slots:
-            if self.lut[s]:
-                self.free_swa.append(int(self.lut[s]))
-                self.lut[s] = 0
+        p = self.config.page_size
+        freed = []
+        for page in dict.fromkeys(int(s) // p for s in slots):
+            if self.lut[page * p]:
+                freed.append(int(self.lut[page * p]) // p)
+                self.lut[self.page_slots(page)] = 0
+        if freed:
+            self.swa_allocator.free(freed)
 
     def _cache_pages(self, n: int) -> list[int] | None:
         """``n`` pages for the prefix cache (held by it, not by a request), or None."""

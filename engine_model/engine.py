@@ -13,11 +13,14 @@ cache, and turns each step of a history into exactly the launches the engine mak
   extend forward, as SGLang's scheduler inserts after every chunk), finished or inserted
   request as a path of pages (a radix tree's, one entry a leaf's path) and lets a new request
   share it; a retraction caches nothing new;
-- an optional sliding window (``swa_window > 0``): every full slot has an SWA slot through the
-  full-to-SWA table, in an SWA pool smaller than the full pool (``swa_slots``), and a position
-  that leaves its request's window is evicted (its table entry set to 0, its SWA slot freed
-  for reuse); when the SWA pool runs short, cached positions no request uses lose their SWA
-  slots first, as SGLang's SWA cache evicts under pressure;
+- an optional sliding window (``swa_window > 0``): every full page has an SWA page through the
+  full-to-SWA table (slot ``k`` of the one, slot ``k`` of the other), in an SWA pool smaller
+  than the full pool (``swa_slots``), paged in step with the full pool as SGLang's SWA
+  allocator pages them (``mem_cache/allocator/swa.py``): a page that has left its request's
+  window whole is evicted (its table entries set to 0, its SWA page freed for reuse), and KV
+  moves carry the SWA pages the window touches; when the SWA pool runs short, the pages of
+  cached positions no request uses lose their SWA pages first, as SGLang's SWA cache evicts
+  under pressure;
 - an optional EAGLE offset (``offset = 1``): the KV of position ``pos`` holds token
   ``pos + offset``.
 

@@ -393,10 +393,13 @@ class Forwards(Allocators):
                 req.truth.append(token)
                 req.decoding = True
             if self.lut is not None:
+                # the pages wholly behind the window, but those of a shared prefix that another
+                # request's window still reaches
+                ps = c.page_size
+                behind = self.swa_freed_to(req.written)
+                kept = {p // ps for p in range(behind) if self._in_another_window(req, p)}
                 self._evict_slots(
-                    self.full_slot(req, p)
-                    for p in range(self.window_start(req.written))
-                    if not self._in_another_window(req, p)
+                    self.full_slot(req, p) for p in range(behind) if p // ps not in kept
                 )
         made = self.hooks.rollback_fault_made
         if made is not None and made is not made_before and made[1] in self.free_pages:

@@ -29,11 +29,15 @@ class Moves(PrefixCache):
 
     def _resident(self, full: list[int], positions: range | None = None) -> list[bool]:
         """Per full slot, whether its SWA slot is saved with it: it has one and (``positions``,
-        the request's window) its position is in the window. Without a window, all."""
+        the request's window) its page has a position in the window and it is written, as
+        SGLang moves SWA KV in whole pages. Without a window, all."""
         if self.lut is None:
             return [True] * len(full)
+        p = self.config.page_size
         return [
-            bool(self.lut[s]) and (positions is None or i in positions) for i, s in enumerate(full)
+            bool(self.lut[s])
+            and (positions is None or (i < positions.stop and i // p * p + p > positions.start))
+            for i, s in enumerate(full)
         ]
 
     def _save(self, move_kind: str, key: int, full: list[int], resident: list[bool]) -> Move:
@@ -65,9 +69,10 @@ class Moves(PrefixCache):
         if self.lut is not None:
             self.events["KV moved under a sliding window"] += 1
             end = len(full) if written is None else written
-            self._evict_slots(
-                s for s, keep in zip(full[:end], resident[:end], strict=True) if not keep
-            )
+            # whole pages: those with no position saved resident and none past ``end``
+            p = self.config.page_size
+            kept = {i // p for i, keep in enumerate(resident) if keep or i >= end}
+            self._evict_slots(s for i, s in enumerate(full[:end]) if i // p not in kept)
             swa = [int(self.lut[s]) for s, keep in zip(full, resident, strict=True) if keep]
             order = np.arange(len(swa), dtype=np.int64)
             groups.append(MoveGroup(SWA, np.asarray(swa, dtype=np.int64), order, order))

@@ -78,9 +78,12 @@ class EngineState:
         self.lut: np.ndarray | None = None
         if c.swa_window:
             self.lut = np.zeros(n_slots, dtype=np.int64)
-            swa = list(range(1, c.group_slots(SWA)))
+            # the SWA pool's pages (0: padding), handed out and freed whole by an allocator of
+            # the full pool's kind, as SGLang's SWATokenToKVPoolAllocator pages both pools in
+            # step (``allocator/swa.py``): a full page's slot k has its SWA page's slot k
+            swa = list(range(1, c.group_slots(SWA) // c.page_size))
             self.rng.shuffle(swa)
-            self.free_swa: list[int] = swa
+            self.swa_allocator: PageAllocator = make_allocators(c, swa, [])[0]
         #: the running requests by id, the retracted ones waiting, and the prefix cache
         self.running: dict[int, Request] = {}
         self.waiting: list[Request] = []
@@ -150,6 +153,12 @@ class EngineState:
         """The first position a group's verify reads of a row with ``prefix`` written."""
         w = self.config.swa_window if group == SWA else 0
         return max(0, prefix - w) if w else 0
+
+    def swa_freed_to(self, prefix: int) -> int:
+        """The positions of a row with ``prefix`` written whose SWA pages are freed after a
+        forward: those of the pages wholly behind its window."""
+        p = self.config.page_size
+        return self.window_start(prefix) // p * p
 
     def will_run(self, req: Request) -> bool:
         """Whether the request has a position left to write (a full one only waits to finish)."""

@@ -38,8 +38,8 @@ to SGLang's spec v2 sizing (:func:`reserve_departures`): ``get_alloc_len_per_dec
 (``get_spec``, ``get_alloc_page_size``, ``max_speculative_num_draft_tokens`` and
 ``SpeculativeAlgorithm.from_string``, an EAGLE chain: ``topk`` 1, ``drafts - 1`` steps).
 
-The engine model's SWA frees (every position behind a request's window, after each forward) are
-a named choice beside SGLang's ``free_swa_out_of_window_slots`` (``mem_cache/common.py``, with
+The engine model's SWA frees (every page wholly behind a request's window, after each forward)
+are a named choice beside SGLang's ``free_swa_out_of_window_slots`` (``mem_cache/common.py``, with
 ``ReqKvInfo.swa_dead_lo``, ``get_evicted_seqlen`` and ``set_evicted_seqlen`` of
 ``managers/schedule_batch.py``), run from source as a prefix-sharing radix cache slides a
 decoding request's window (:func:`swa_free_departures`): whatever SGLang frees, the model has
@@ -423,8 +423,8 @@ def _swa_free() -> tuple:
 
 
 def swa_free_departures(page_sizes=(1, 2, 4, 16), windows=(3, 5, 8, 20), length: int = 48):
-    """The engine model's SWA frees (every position behind a request's window, after each
-    forward: :meth:`engine_model.state.EngineState.window_start`) beside SGLang's
+    """The engine model's SWA frees (every page wholly behind a request's window, after each
+    forward: :meth:`engine_model.state.EngineState.swa_freed_to`) beside SGLang's
     ``free_swa_out_of_window_slots`` run from source, as its radix cache slides a decoding
     request's window (``evict_sliding_windows``: the window, prefix sharing, no retain floor,
     an interval of one), the request's cached prefix protected. Per page size, window,
@@ -452,7 +452,7 @@ def swa_free_departures(page_sizes=(1, 2, 4, 16), windows=(3, 5, 8, 20), length:
                     free(types.SimpleNamespace(kv=kv), written, sliding_window_size=w,
                          page_size=p, req_to_token_pool=table, token_to_kv_pool_allocator=None,
                          supports_prefix_sharing=True, retain_floor=None, free_segment=segment)  # fmt: skip
-                    mine = set(range(engine.window_start(written)))
+                    mine = set(range(engine.swa_freed_to(written)))
                     cases += 1
                     if freed - mine:
                         out.append(f"pages of {p}, window {w}, {protected} protected, "

@@ -294,6 +294,14 @@ class _Rebind(_TableFault):
     def made(self, engine: Engine, req, own: list, entry, step) -> Fault:
         raise NotImplementedError
 
+    def due_after_settle(self, engine, fault):
+        """Nothing is promised where the rebound request did not run after the insert (its
+        next forward waiting for SWA pages the running requests hold)."""
+        if not fault.entries:
+            return []
+        ((rid, _),) = fault.entries
+        return [] if engine.last_run.get(rid, -1) > fault.made_at else None
+
 
 class RebindOffByOnePage(_Rebind):
     """The insert rebinds the request's row to the cache's pages one page off: each rebound

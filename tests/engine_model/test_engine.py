@@ -75,12 +75,22 @@ def check_invariants(engine: Engine) -> None:
         assert engine.cache_refs[page] == cached[page], f"page {page}: cache refs"
         assert (page in engine.free_pages) == (not held[page] and not cached[page]) or page == 0
     if engine.lut is not None:
+        p = c.page_size
         mapped = engine.lut[engine.lut != 0]
+        free = engine.swa_allocator.order()
         assert len(mapped) == len(set(mapped.tolist())), "an SWA slot mapped twice"
-        assert not set(mapped.tolist()) & set(engine.free_swa), "a mapped SWA slot is free"
-        assert 0 not in engine.free_swa
-        assert len(mapped) + len(engine.free_swa) == c.group_slots(SWA) - 1, "an SWA slot lost"
-        assert (engine.lut < c.group_slots(SWA)).all(), "an SWA slot past the SWA pool"
+        assert not set((mapped // p).tolist()) & set(free), "a mapped SWA page is free"
+        assert 0 not in free
+        swa_pages = c.group_slots(SWA) // p
+        assert len(mapped) + len(free) * p == (swa_pages - 1) * p, "an SWA page lost"
+        assert (engine.lut < swa_pages * p).all(), "an SWA slot past the SWA pool"
+        # whole pages, as SGLang's SWA allocator pages the two pools in step: a full page's
+        # slots all map to one SWA page, slot k to its slot k, or none does
+        for page in range(c.num_pages):
+            row = engine.lut[page * p : (page + 1) * p]
+            assert not row.any() or (row == row[0] + np.arange(p)).all() and row[0] % p == 0, (
+                f"page {page}: SWA slots {row.tolist()}"
+            )
 
 
 def check_forward(engine: Engine, forward: Forward) -> None:
@@ -500,3 +510,19 @@ def test_a_small_swa_pool_evicts_cached_windows_under_pressure():
         check_invariants(engine)
     assert engine.events["swa slot of a cached position evicted under pressure"] > 0
     assert oracle.index == 0
+
+
+def test_the_invariants_catch_an_swa_page_out_of_step():
+    """Able to fail: a full page whose slots map to SWA slots of two pages (the engine's old
+    slot-by-slot SWA pool) breaks the whole-page invariant."""
+    config = EngineConfig(page_size=2, num_pages=16, pool_rows=4, context_len=12, swa_window=3,
+                          swa_slots=24, seed=3)  # fmt: skip
+    engine = Engine(config)
+    engine.admit(6, 0)
+    engine.prefill(6)
+    check_invariants(engine)
+    req = next(iter(engine.running.values()))
+    first, second = engine.full_slot(req, 4), engine.full_slot(req, 5)
+    engine.lut[first], engine.lut[second] = engine.lut[second], engine.lut[first]
+    with pytest.raises(AssertionError, match="SWA slots"):
+        check_invariants(engine)

@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from conformance.sglang import histories, memory
+from conformance.sglang import histories, memory, swa_paging
 from engine_model import Engine, EngineConfig, free_lists
 from engine_model.free_lists import PageList, RowList
 
@@ -194,9 +194,9 @@ def test_a_reserve_of_another_size_is_caught(reserve, monkeypatch):
 
 
 def test_the_engine_frees_every_swa_slot_sglang_s_window_slide_frees():
-    """A named choice (CONTRACT §15): the model frees a request's SWA slots behind its window
-    after each forward, SGLang's radix cache page-aligned, keeping the window rounded up to
-    whole pages, and above the protected prefix. Whatever SGLang's code, run from source, has
+    """A named choice (CONTRACT §15): the model frees a request's SWA pages wholly behind its
+    window after each forward, SGLang's radix cache with a margin, keeping the window rounded up
+    to whole pages, and above the protected prefix. Whatever SGLang's code, run from source, has
     freed, the model has freed too: SWA slots are reused no later in the histories than on a
     server, and the model frees more."""
     cases, departures, theirs, kept = memory.swa_free_departures()
@@ -214,3 +214,31 @@ def test_an_swa_free_later_than_sglang_s_is_caught(monkeypatch):
                         lambda self, prefix, group=SWA: max(0, real(self, prefix, group) - 4))  # fmt: skip
     _, departures, _, _ = memory.swa_free_departures(page_sizes=(1, 2), windows=(3,))
     assert departures
+
+
+def test_sglang_s_swa_allocator_pages_the_swa_pool_in_step_with_the_full_pool():
+    """CONTRACT §15: SGLang's ``SWATokenToKVPoolAllocator``, run from source at pages of 2, 4
+    and 16 slots over random extends and frees: every allocated slot ``k`` of a full page maps
+    to slot ``k`` of one SWA page, and a free of any slot of a page clears the whole page and
+    gives its SWA page back, the rule the engine model's SWA pages keep
+    (``tests/engine_model/test_engine.py``'s invariants)."""
+    cases, departures, freed = swa_paging.paging_departures()
+    assert cases > 1000 and freed > 1000
+    assert departures == []
+
+
+def test_an_swa_free_of_the_slot_alone_is_caught(monkeypatch):
+    """Able to fail: an allocator that freed only the slot it was given, not its page."""
+    monkeypatch.setitem(swa_paging._methods()[0], "_expand_to_full_pages", lambda self, i: i)
+    _, departures, _ = swa_paging.paging_departures(page_sizes=(4,), seeds=2)
+    assert any("a free of slot" in d for d in departures)
+
+
+def test_swa_slots_out_of_step_with_their_full_page_are_caught(monkeypatch):
+    """Able to fail: an allocator whose SWA slots of one extend are handed out rotated."""
+    methods = swa_paging._methods()[0]
+    real = methods["set_full_to_swa_mapping"]
+    monkeypatch.setitem(methods, "set_full_to_swa_mapping",
+                        lambda self, full, swa: real(self, full, swa.roll(1)))  # fmt: skip
+    _, departures, _ = swa_paging.paging_departures(page_sizes=(4,), seeds=2)
+    assert any("SWA slots" in d for d in departures)
