@@ -36,10 +36,12 @@ step's part of SGLang's graph records the same operations over a batch of the sa
 draft extend runner (``eagle_draft_extend_cuda_graph_runner.py``) captures ``DRAFT_EXTEND_V2``
 with rows of ``captured_req_width`` tokens, its ``spec_info`` an ``EagleDraftExtendInput``
 whose ``num_tokens_per_req`` is that width, inside the draft model's bracket too. The leg replays
-every idle step through a ``DECODE`` graph, those of its EAGLE histories too, where SGLang's
-runner would replay its ``TARGET_VERIFY`` graph and EAGLE's worker runs the draft model's idle
-forwards eagerly: not modelled (every row is padding, and no plan of the leg's idle steps has
-an entry).
+every idle step through a ``DECODE`` graph, those of its EAGLE histories too. As read, not run:
+SGLang's decode graph runner replays an idle batch through the graph of its capture mode
+(``replay_prepare``), ``TARGET_VERIFY`` under EAGLE, and EAGLE's worker runs the draft model's
+idle batch through its draft decode runner where that runner's ``can_run_graph`` admits it
+(``prepare_for_draft``), else eagerly (``_draft_forward_idle``). Neither is modelled (every row
+is padding, and no plan of the leg's idle steps has an entry).
 
 Here, per manager (one per captured batch size, :meth:`ManagerRun.manager`):
 
