@@ -79,7 +79,8 @@ What stands in for the rest of SGLang, each in ``loading.manager_modules``:
   ``TARGET_VERIFY`` step that SGLang runs as a CUDA graph replay (``ForwardMode.is_cuda_graph``)
   replays here a graph of the manager's inside-the-graph ops (``conformance.graph_capture``),
   captured once per batch size and mode (``DECODE``, which an idle step replays too, or, as a
-  speculative server's runner captures it, ``TARGET_VERIFY`` with its draft count) on the batch
+  speculative server's runner captures it, ``TARGET_VERIFY`` with its draft count, which the
+  target model's idle steps replay there) on the batch
   the runner's ``capture_prepare`` builds (its static buffers, every row padding, ``seq_lens``
   the fill value, only the fields its ``ForwardBatch(...)`` call passes, read from the
   release's source, and in ``TARGET_VERIFY`` a ``spec_info`` holding the one field of
@@ -164,9 +165,9 @@ def _positive(text: str) -> int:
 #: The graphs the leg captures (``graphs.CAPTURES``), and the steps that replay each.
 GRAPHS_REPLAYED_BY = {
     DECODE: "DECODE and IDLE steps",
-    TARGET_VERIFY: "target verifies",
-    DRAFT_DECODE.name: "the draft model's draft decode steps",
-    DRAFT_EXTEND_V2: "its draft extends",
+    TARGET_VERIFY: "target verifies and the target model's IDLE steps under EAGLE",
+    DRAFT_DECODE.name: "the draft model's draft decode and IDLE steps",
+    DRAFT_EXTEND_V2: "its draft extends and IDLE steps",
 }
 
 

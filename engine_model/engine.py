@@ -299,12 +299,32 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
             self._inserted(prompts)
         return forward
 
-    def idle(self, pad: int) -> Forward | None:
+    def idle(self, pad: int, width: int = 1) -> Forward | None:
         """An idle step (``IDLE``, as DP attention runs one on a rank with no request): a
-        replayed graph whose ``pad`` rows are all padding."""
-        if pad < 1:
+        replayed graph whose ``pad`` rows are all padding, each of ``width`` tokens (a decode
+        graph's one; under EAGLE the target's runner replays its ``TARGET_VERIFY`` graph, whose
+        rows are the draft count wide)."""
+        if pad < 1 or width < 1:
             return None
-        return self._forward("idle", [], pad=pad, forward_mode=IDLE, graph=True)
+        self._idle_width = width
+        try:
+            return self._forward("idle", [], pad=pad, forward_mode=IDLE, graph=True)
+        finally:
+            del self._idle_width
+
+    def draft_idle(self, pad: int, steps: int, width: int) -> list[Forward]:
+        """The draft model's idle step under EAGLE (a rank with no request): its multi-step
+        draft, ``steps`` forwards replaying the draft decode graph over ``pad`` padding rows,
+        then its draft extend replaying its graph, ``pad`` padding rows of ``width`` tokens
+        (none without the EAGLE offset)."""
+        if not self.config.offset or pad < 1 or steps < 1 or width < 1:
+            return []
+        made = [
+            self._forward("draft_decode", [], pad=pad, forward_mode=IDLE, graph=True)
+            for _ in range(steps)
+        ]
+        wide = self.idle(pad, width)
+        return [f for f in [*made, wide] if f is not None]
 
     def target_verify(
         self, drafts: int, accept: int, pad: int = 0, graph: bool = False, overflow: bool = False

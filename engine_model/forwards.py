@@ -33,6 +33,9 @@ class Forwards(Allocators):
     """Building a forward, and the engine's state after it (a mixin of
     :class:`engine_model.engine.Engine`)."""
 
+    #: the tokens each padding row of an idle step writes (:meth:`engine_model.engine.Engine.idle`)
+    _idle_width = 1
+
     def _forward(
         self, forward_kind: str, rows, pad: int, *, forward_mode: str, graph: bool = False
     ) -> Forward | None:
@@ -244,7 +247,7 @@ class Forwards(Allocators):
         stale = self.rng.integers(-3, self.config.context_len + 3, (3, bs)).astype(np.int64)
         prefix, extend, valid = stale[0], stale[1], stale[2]
         if forward_kind in ("decode", "idle", "draft_decode"):
-            extend[:] = 1
+            extend[:] = self._idle_width if forward_kind == "idle" else 1
         if forward_kind in ("target_verify", "draft_extend") and batch:  # one count a batch
             extend[:] = batch[0][1]
         if graph:

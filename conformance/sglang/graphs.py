@@ -35,13 +35,17 @@ not run). The leg captures one step's bracket per manager and replays it for eve
 step's part of SGLang's graph records the same operations over a batch of the same fields. The
 draft extend runner (``eagle_draft_extend_cuda_graph_runner.py``) captures ``DRAFT_EXTEND_V2``
 with rows of ``captured_req_width`` tokens, its ``spec_info`` an ``EagleDraftExtendInput``
-whose ``num_tokens_per_req`` is that width, inside the draft model's bracket too. The leg replays
-every idle step through a ``DECODE`` graph, those of its EAGLE histories too. As read, not run:
-SGLang's decode graph runner replays an idle batch through the graph of its capture mode
-(``replay_prepare``), ``TARGET_VERIFY`` under EAGLE, and EAGLE's worker runs the draft model's
-idle batch through its draft decode runner where that runner's ``can_run_graph`` admits it
-(``prepare_for_draft``), else eagerly (``_draft_forward_idle``). Neither is modelled (every row
-is padding, and no plan of the leg's idle steps has an entry).
+whose ``num_tokens_per_req`` is that width, inside the draft model's bracket too. An idle step
+replays the graph its runner captures, as read in SGLang's source (not run; every row is
+padding, and no plan of an idle step has an entry): the ``DECODE`` graph without EAGLE; under
+EAGLE the target's ``TARGET_VERIFY`` graph (the runner's ``capture_forward_mode``, which
+``replay_prepare`` replays), its rows the draft count wide, and for the draft model, where its
+runners' ``can_run_graph`` admits the idle batch (``prepare_for_draft``,
+``_draft_extend_for_decode``), the draft decode graph for each draft step, then the draft
+extend graph (:meth:`engine_model.engine.Engine.draft_idle`). Where they do not admit it,
+EAGLE's worker runs the draft model's idle batch eagerly (``_draft_forward_idle``), which the
+leg does not model. In a run that replays no graph, such an idle step has no row in SGLang,
+which the leg does not lay out: neither side runs it (``ManagerRun.idle_not_laid_out``).
 
 Here, per manager (one per captured batch size, :meth:`ManagerRun.manager`):
 
@@ -89,6 +93,7 @@ from engine_model.vocabulary import (
     DECODE,
     DRAFT_DECODE,
     DRAFT_EXTEND_V2,
+    IDLE,
     TARGET_VERIFY,
     StepLabel,
 )
@@ -287,7 +292,7 @@ class CaptureSpecInfo:
     num_tokens_per_req: int | None = None
 
 
-def capture_mode(forward: Forward) -> str:
+def capture_mode(forward: Forward, draft: bool = False) -> str:
     """The graph a forward replays (a key of :data:`CAPTURES`): ``TARGET_VERIFY`` for a target
     verify (the decode graph runner of a speculative server captures it), ``DRAFT_DECODE`` for
     a step of the draft model's multi-step draft decode, ``DRAFT_EXTEND_V2`` for its draft
@@ -296,6 +301,10 @@ def capture_mode(forward: Forward) -> str:
         return DRAFT_DECODE.name
     if forward.mode in (TARGET_VERIFY, DRAFT_EXTEND_V2):
         return forward.mode
+    if forward.mode == IDLE and len(forward.token_rows) > len(forward.plan["req_pool_indices"]):
+        # rows wider than one token: an idle step of EAGLE's target runner, or of the draft
+        # model's draft extend runner (``draft``: the draft model's forward)
+        return DRAFT_EXTEND_V2 if draft else TARGET_VERIFY
     return DECODE
 
 

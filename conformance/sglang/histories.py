@@ -337,8 +337,12 @@ def _forward(
         keep(engine.decode(pad, graph=True) if graphs else engine.decode(0))
     elif op == "mixed":
         keep(engine.mixed(chunk))
-    elif op == "idle":
-        keep(engine.idle(1 + pick % 2))
+    elif op == "idle" and scheduling.fallback == "draft":  # the draft model's two runners
+        keep(engine.draft_idle(1 + pick % 2, DRAFT_STEPS, GRAPH_DRAFT_TOKENS))
+    elif op == "idle":  # EAGLE's target model replays its TARGET_VERIFY graph
+        keep(
+            engine.idle(1 + pick % 2, GRAPH_DRAFT_TOKENS if scheduling.fallback == "verify" else 1)
+        )
     elif op == "verify" and pick >= 4 and graphs:  # replaying a graph, padding rows at its tail
         keep(engine.target_verify(GRAPH_DRAFT_TOKENS, pick, pad, graph=True))
     elif op == "verify":
@@ -376,7 +380,7 @@ def step_label(step) -> StepLabel:
         return MOVE_STEP
     if step.engine:
         return StepLabel(step.mode, prefill_engine=True)
-    if step.kind == "draft_decode":
+    if step.kind == "draft_decode" and step.mode != IDLE:
         return GRAPH_DRAFT_DECODE_STEP if step.graph else DRAFT_DECODE
     return StepLabel(step.mode, graph=step.graph and step.mode != IDLE)
 

@@ -31,7 +31,17 @@ from conformance.sglang.standins import (
     swept_cache,
 )
 from engine_model import PREFILL_ENGINE, Engine, EngineConfig, Forward, Move, Sweep
-from engine_model.vocabulary import DRAFT_EXTEND_V2, EXTEND, FULL, HEAD, MIXED, SWEEP, TAIL
+from engine_model.vocabulary import (
+    DECODE,
+    DRAFT_EXTEND_V2,
+    EXTEND,
+    FULL,
+    HEAD,
+    IDLE,
+    MIXED,
+    SWEEP,
+    TAIL,
+)
 
 __all__ = [
     "ManagerRun",
@@ -291,7 +301,8 @@ class ManagerRun(ImplRun):
         of the draft model's capacities replays every step of its multi-step draft decode,
         where SGLang keeps one a step (``single_forward_indices``): each step's capture records
         the same operations, over a capture batch of the same fields."""
-        key, mode = self.key(forward), graphs.capture_mode(forward)
+        key = self.key(forward)
+        mode = graphs.capture_mode(forward, draft=key[3])
         if (key, mode) not in self.graphs:
             self.graphs[key, mode] = graphs.capture(
                 self, self._new_manager(*key), key[1], key[2], mode
@@ -332,6 +343,8 @@ class ManagerRun(ImplRun):
             driver.move(self, step)
         elif isinstance(step, Sweep):
             self.sweep_step(step)
+        elif self.idle_not_laid_out(step):
+            return
         else:
             ran = self.forward(step)
         if ran is None:
@@ -344,6 +357,17 @@ class ManagerRun(ImplRun):
         self.compare(reference_run, since, mine_since, step)
         with loading.cpu_only():
             self.violations.step()
+
+    def idle_not_laid_out(self, step) -> bool:
+        """Whether ``step`` is an idle step of one of EAGLE's runners (a graph other than
+        ``DECODE``) in a run that replays no graph: run eagerly, SGLang's batch has no row,
+        which the leg does not lay out, so neither side runs it (all its rows are padding:
+        it changes nothing but launch counters)."""
+        return (
+            not self.replays_graphs
+            and step.mode == IDLE
+            and graphs.capture_mode(step, draft=self.engine.config.offset == 1) != DECODE
+        )
 
     def sweep_step(self, step: Sweep) -> None:
         """SGLang's ``SweepOrchestrator`` at a sweep of the engine, over the stand-in prefix

@@ -257,6 +257,21 @@ def test_idle_steps_replay_the_decode_graph_of_their_size():
     assert {mode for _, mode in side.graphs} <= {DECODE, TARGET_VERIFY}
 
 
+def test_an_eagle_target_s_idle_steps_replay_its_target_verify_graph():
+    """Under EAGLE the target model's runner captures TARGET_VERIFY alone, so an IDLE step
+    replays that graph (its padded size, rows of the draft count): the leg's EAGLE target
+    history (index 1) captures no DECODE graph, its idle steps run through TARGET_VERIFY
+    graphs whose rows are :data:`GRAPH_DRAFT_TOKENS` wide, and the history stays silent."""
+    side = manager_run.run_history(1, steps=STEPS)
+    assert side.step_counts[IDLE] > 0
+    assert {mode for _, mode in side.graphs} == {TARGET_VERIFY}
+    assert all(tokens == rows * GRAPH_DRAFT_TOKENS for (_, rows, tokens, _), _ in side.graphs)
+    engine = Engine(side.engine.config)
+    idle = engine.idle(2, GRAPH_DRAFT_TOKENS)
+    assert idle is not None and graphs.capture_mode(idle) == TARGET_VERIFY
+    assert graphs.capture_mode(Engine(side.engine.config).idle(2)) == DECODE
+
+
 def _runner_tree() -> ast.AST:
     """The installed release's decode graph runner, parsed."""
     name, _ = _runner_call()
