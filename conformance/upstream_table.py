@@ -466,7 +466,7 @@ DIVERGENCES: dict[int, Divergence] = {
         "history with tree verifies (`conformance/sglang/tree.py`: two nodes at every depth, "
         "the accepted path's KV moved as SGLang's `move_kv_cache` moves it) through SGLang's "
         "per-forward runtime and shows `WRITE_POSITION` in `TARGET_VERIFY` at its first "
-        "verify. The draft model's tree decode (`topk` tokens a step) is not modelled.",
+        "verify. The draft model's tree decode (`topk` tokens a step) is [29].",
         "repro_27_tree_verify_write_position.py",
         ("0.5.13", "0.5.23"),
     ),
@@ -489,6 +489,28 @@ DIVERGENCES: dict[int, Divergence] = {
         "its first draft extend that replays a graph.",
         "repro_28_draft_extend_capture_without_rids.py",
         ("0.5.13", "0.5.17"),
+    ),
+    29: Divergence(
+        "with EAGLE drafting a tree (`topk` > 1) the draft model's canary cannot plan a draft "
+        "decode step: its plan input copies `topk` positions a request into a buffer of one a "
+        "request and raises `RuntimeError`",
+        "core",
+        "EAGLE's draft decode gives each request `topk` tokens a step: the `ForwardBatch`'s "
+        "positions are `seq_lens.repeat_interleave(topk)` (`prepare_for_draft`, or on older "
+        "releases the draft input's preparation, read), its `req_pool_indices` one a request, "
+        "its mode `DECODE`; the draft decode graph runner captures that shape "
+        "(`positions[:bs * captured_req_width]`, the width `speculative_eagle_topk`). The "
+        "draft model's canary runs in each step, and `PlanInput.fill_from_forward_batch` "
+        "copies a decode's positions into `prefix_lens[:bs]`: with `topk` > 1 it raises "
+        "`RuntimeError` at the first draft decode step, or at the server's start where the "
+        "draft decode graph is captured. The script finds that repeat in the source and runs "
+        "SGLang's `PlanInput` on a `DECODE` batch of two requests and two positions each (and "
+        "of one each, which plans); the support matrix's EAGLE tree row runs the draft model's "
+        "correct history with its draft decode steps widened so (`conformance/sglang/tree.py`: "
+        "`widen`) through SGLang's per-forward runtime, which raises at its first draft decode "
+        "step.",
+        "repro_29_tree_draft_decode_plan_input.py",
+        ("0.5.13", "0.5.23"),
     ),
 }
 

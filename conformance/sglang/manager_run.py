@@ -13,6 +13,7 @@ import functools
 import logging
 import types
 from collections import Counter
+from typing import NoReturn
 
 import numpy as np
 import torch
@@ -21,7 +22,7 @@ import reference
 from conformance import driver
 from conformance.driver import ReferenceSide
 from conformance.engine_support import BITS, KIND, SLOT, TAGS, ImplRun, OracleRun
-from conformance.sglang import graphs, histories, loading, prefill_graphs, wiring
+from conformance.sglang import graphs, histories, loading, prefill_graphs, tree, wiring
 from conformance.sglang.standins import (
     EngineTokenOracle,
     ManagerBatchStandIn,
@@ -33,6 +34,7 @@ from conformance.sglang.standins import (
 from engine_model import PREFILL_ENGINE, Engine, EngineConfig, Forward, Move, Sweep
 from engine_model.vocabulary import (
     DECODE,
+    DRAFT_DECODE,
     DRAFT_EXTEND_V2,
     EXTEND,
     FULL,
@@ -121,6 +123,9 @@ class ManagerRun(ImplRun):
     #: runs them: the canary on the prefill graph runner's replay batch
     #: (:mod:`conformance.sglang.prefill_graphs`)
     prefill_graphs = False
+    #: the draft model's tokens a request in each draft decode step (EAGLE's ``topk``; 1: a
+    #: chain), :meth:`tree_draft`
+    draft_topk = 1
 
     def __init__(self, engine: Engine, reference_run: OracleRun, *, capture: bool = True):
         mods = loading.manager_modules()
@@ -260,6 +265,8 @@ class ManagerRun(ImplRun):
         if batches is None:
             return None
         outside, inside = batches
+        if self.draft_topk > 1 and forward.kind == "draft_decode" and forward.mode != IDLE:
+            self.tree_draft(forward, outside, inside)
         self.table.copy_(torch.from_numpy(forward.plan["req_to_token"]))
         lut = forward.groups[-1].full_to_swa_index_mapping
         if lut is not None:
@@ -357,6 +364,29 @@ class ManagerRun(ImplRun):
         self.compare(reference_run, since, mine_since, step)
         with loading.cpu_only():
             self.violations.step()
+
+    def tree_draft(self, forward: Forward, outside, inside) -> NoReturn:
+        """A step of the draft model's multi-step draft as EAGLE drafting a tree gives it to the
+        canary (:func:`tree.widen`: each request's position :attr:`draft_topk` times): replaying
+        a graph, SGLang's capture of the draft decode graph at that width, else the manager's
+        eager pre-ops on the live batch. SGLang's plan input raises there ([29]); where it does
+        not, this raises ``AssertionError``: the leg does not model a tree's draft decode past
+        the plan input (the branches' slots)."""
+        k = self.draft_topk
+        wide_out, wide_in = tree.widen(outside, k), tree.widen(inside, k)
+        verify, reqs, tokens, draft = self.key(forward)
+        key = (verify, reqs, tokens * k, draft)
+        if forward.graph and self.replays_graphs:
+            graphs.capture(self, self._new_manager(*key), reqs, tokens * k, DRAFT_DECODE.name)
+        else:
+            manager = self.manager(forward, key)
+            with loading.cpu_only():
+                manager.pre_ops_outside_graph(maybe_inaccurate_forward_batch=wide_out)
+                manager.pre_ops_maybe_inside_graph(wide_in)
+        raise AssertionError(
+            f"a draft decode step of {k} tokens a request ran through SGLang's canary: the leg "
+            "does not model a tree's draft decode past its plan input ([29] fixed?)"
+        )
 
     def idle_not_laid_out(self, step) -> bool:
         """Whether ``step`` is an idle step of one of EAGLE's runners (a graph other than

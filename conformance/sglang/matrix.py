@@ -50,7 +50,7 @@ from pathlib import Path
 
 import reference
 from conformance import upstream
-from conformance.sglang import histories, kv_paths, loading, prefill_graphs, wiring
+from conformance.sglang import histories, kv_paths, loading, prefill_graphs, tree, wiring
 from conformance.sglang.fired import CHECKS, fired_counts
 from conformance.sglang.histories import (
     DRAFT_OPS,
@@ -139,6 +139,9 @@ class Model:
     prefill_graphs: bool = False
     #: why the leg runs no history of this model (empty: it does)
     not_modelled: str = ""
+    #: the draft model's tokens a request in each draft decode step (EAGLE's ``topk``: a
+    #: tree's draft decode as ``ManagerRun.tree_draft`` runs it)
+    topk: int = 1
 
 
 DRAFT_DECODE_SETTLE, DRAFT_EXTEND_SETTLE = DRAFT_SETTLE_MODES
@@ -194,13 +197,13 @@ OVERLAP = Model("model", 0, Scheduling(PLAIN_OPS, overlap=True), PLAIN.settle_mo
 OVERLAP_EAGER = Model("model", 0, Scheduling(PLAIN_OPS, graphs=False, overlap=True),
                       EAGER.settle_modes, EAGER.shows)  # fmt: skip
 #: EAGLE drafting a tree: the target's verifies as SGLang's tree verify launches them, each
-#: accepted path's KV moved without the records (tree); the draft model's tree decode (``topk``
-#: tokens a step) is not modelled.
+#: accepted path's KV moved without the records (tree); the draft model's draft decode steps
+#: give the canary ``topk`` positions a request (``ManagerRun.tree_draft``), which SGLang's
+#: plan input refuses ([29]).
 TARGET_TREE = Model("target", 0, Scheduling(TARGET_OPS, fallback="verify", tree=True),
                     TARGET.settle_modes, TARGET.shows)  # fmt: skip
 DRAFT_TREE = Model("draft", 1, Scheduling(DRAFT_OPS, fallback="draft"), (), DRAFT.shows,
-                   not_modelled="the engine model's draft decode writes one token a step, a "
-                   "tree's draft decode topk")  # fmt: skip
+                   topk=tree.TOPK)  # fmt: skip
 UNCHUNKED = Model(
     "model", 0, Scheduling(PLAIN_OPS, chunk=histories.CONTEXT_LEN), (GRAPH_DECODE, MIXED)
 )
@@ -315,7 +318,7 @@ def _outcome(page_size: int, window: int, eagle: bool, model: Model, index: int)
     if model.prefill_graphs and (why := prefill_graphs.why_not_modelled()):
         return f"not run: {why}"
     engine, reference_run, side = manager_run.sides(_config(row, model, index))
-    side.prefill_graphs = model.prefill_graphs
+    side.prefill_graphs, side.draft_topk = model.prefill_graphs, model.topk
     first: list[str] = []
 
     def run(step) -> None:

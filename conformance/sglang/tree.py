@@ -33,7 +33,7 @@ from engine_model import Engine, Forward, Move
 from engine_model.steps import MoveGroup
 from engine_model.vocabulary import FULL, TARGET_VERIFY
 
-__all__ = ["TOPK", "as_tree", "depth", "verify"]
+__all__ = ["TOPK", "as_tree", "depth", "verify", "widen"]
 
 #: The tree's branching: two nodes at every depth past the root.
 TOPK = 2
@@ -96,3 +96,18 @@ def verify(engine: Engine, made, records: bool = False) -> list:
     if isinstance(made, Forward) and made.mode == TARGET_VERIFY and engine.lut is None:
         return as_tree(engine, made, records)
     return [made] if made is not None else []
+
+
+def widen(batch, topk: int):
+    """A draft decode step's batch (a ``ForwardBatch`` stand-in, one token a request) as EAGLE
+    drafting a tree of ``topk`` gives it to the draft model's canary: each request's position,
+    input id and slot ``topk`` times (``prepare_for_draft``: the positions
+    ``seq_lens.repeat_interleave(topk)``, read, not run), its requests as before. The branches'
+    slots are not modelled (each repeats the chain's); SGLang's plan input raises before any
+    launch reads them ([29])."""
+    wide = {}
+    for name in ("positions", "input_ids", "out_cache_loc"):
+        value = getattr(batch, name, None)
+        if value is not None:
+            wide[name] = value.repeat_interleave(topk)
+    return dataclasses.replace(batch, **wide)

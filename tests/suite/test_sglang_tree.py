@@ -150,3 +150,25 @@ def test_the_tree_row_s_fault_trials_verify_as_a_tree(monkeypatch, records):
         assert made == []
     else:  # the warm-up's verify and the settle's
         assert len(made) >= 2, made
+
+
+def _tree_row():
+    return next(r for r in matrix.ROWS if r.models == (matrix.TARGET_TREE, matrix.DRAFT_TREE))
+
+
+def test_the_tree_row_s_draft_history_raises_in_sglang_s_plan_input():
+    """[29]: the draft model's correct history, each draft decode step as a tree of
+    ``topk`` gives it to the canary (``tree.widen``), raises ``RuntimeError`` in SGLang's
+    ``PlanInput`` at its first draft decode step."""
+    row = _tree_row()
+    outcome = matrix._outcome.__wrapped__(row.page_size, row.window, True, matrix.DRAFT_TREE, 0)
+    assert outcome.startswith("raises at step") and "RuntimeError" in outcome, outcome
+
+
+def test_a_tree_draft_step_that_runs_through_is_caught(monkeypatch):
+    """Able to fail: a draft decode step SGLang's canary takes (here, not widened) makes the
+    leg say that it does not model a tree's draft decode past the plan input."""
+    monkeypatch.setattr(tree, "widen", lambda batch, topk: batch)
+    row = _tree_row()
+    outcome = matrix._outcome.__wrapped__(row.page_size, row.window, True, matrix.DRAFT_TREE, 0)
+    assert "does not model a tree's draft decode" in outcome, outcome
