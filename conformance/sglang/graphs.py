@@ -36,15 +36,16 @@ step's part of SGLang's graph records the same operations over a batch of the sa
 draft extend runner (``eagle_draft_extend_cuda_graph_runner.py``) captures ``DRAFT_EXTEND_V2``
 with rows of ``captured_req_width`` tokens, its ``spec_info`` an ``EagleDraftExtendInput``
 whose ``num_tokens_per_req`` is that width, inside the draft model's bracket too. An idle step
-replays the graph its runner captures, as read in SGLang's source (not run; every row is
-padding, and no plan of an idle step has an entry): the ``DECODE`` graph without EAGLE; under
-EAGLE the target's ``TARGET_VERIFY`` graph (the runner's ``capture_forward_mode``, which
-``replay_prepare`` replays), its rows the draft count wide, and for the draft model, where its
-runners' ``can_run_graph`` admits the idle batch (``prepare_for_draft``,
-``_draft_extend_for_decode``), the draft decode graph for each draft step, then the draft
-extend graph (:meth:`engine_model.engine.Engine.draft_idle`). Where they do not admit it,
-EAGLE's worker runs the draft model's idle batch eagerly (``_draft_forward_idle``), which the
-leg does not model. In a run that replays no graph, such an idle step has no row in SGLang,
+replays the graph its runner captures (every row is padding, and no plan of an idle step has
+an entry): ``ForwardMode.is_cuda_graph``, run from source, sends an idle batch to the decode
+graph runner, which replays the graph of its ``capture_forward_mode`` (``replay_prepare``,
+read): ``DECODE`` without EAGLE, and under EAGLE the target's ``TARGET_VERIFY`` graph, its rows
+the draft count wide. The draft model's two runners' ``can_run_graph``, run from source, admit
+a DP-attention rank's idle batch where every rank can replay (``prepare_for_draft`` and
+``_draft_extend_for_decode`` then replay them, read): the draft decode graph for each draft
+step, then the draft extend graph (:meth:`engine_model.engine.Engine.draft_idle`). Where they
+do not admit it, EAGLE's worker runs the draft model's idle batch eagerly
+(``_draft_forward_idle``), which the leg does not model. In a run that replays no graph, such an idle step has no row in SGLang,
 which the leg does not lay out: neither side runs it (``ManagerRun.idle_not_laid_out``).
 
 Here, per manager (one per captured batch size, :meth:`ManagerRun.manager`):

@@ -272,6 +272,31 @@ def test_an_eagle_target_s_idle_steps_replay_its_target_verify_graph():
     assert graphs.capture_mode(Engine(side.engine.config).idle(2)) == DECODE
 
 
+@pytest.mark.parametrize(
+    ("file", "cls"),
+    [("eagle_draft_cuda_graph_runner.py", "EAGLEDraftCudaGraphRunner"),
+     ("eagle_draft_extend_cuda_graph_runner.py", "EAGLEDraftExtendCudaGraphRunner")],
+    ids=["draft decode", "draft extend"],
+)  # fmt: skip
+def test_sglang_s_runners_admit_an_idle_batch_to_their_graphs(file, cls):
+    """SGLang's own decisions, run from source: ``ForwardMode.is_cuda_graph`` is true of IDLE
+    (the decode graph runner replays an idle batch through its capture mode's graph), and each
+    of the draft model's runners' ``can_run_graph`` admits the idle batch of a DP-attention
+    rank (no request of its own, the ranks' largest batch within its captured sizes, every
+    rank able to replay) and refuses it where a rank cannot, which SGLang then runs eagerly
+    (``_draft_forward_idle``, not modelled)."""
+    assert loading.runtime().ForwardMode.IDLE.is_cuda_graph()
+    path = loading.sglang_root() / "srt" / "speculative" / file
+    can_run = loading.methods_from_source(path, cls, ("can_run_graph",), {})["can_run_graph"]
+    runner = types_namespace(dict(captured_req_width=1, require_mlp_tp_gather=True,
+                                  disable_padding=False, max_bs=8, require_mlp_sync=True))  # fmt: skip
+    idle = dict(spec_info=None, original_global_num_tokens_cpu=[0, 3], batch_size=0,
+                seq_lens=torch.zeros(0), can_run_decode_cuda_graph=True,
+                can_run_dp_draft_cuda_graph=True)  # fmt: skip
+    assert can_run(runner, types_namespace(idle))
+    assert not can_run(runner, types_namespace(dict(idle, can_run_decode_cuda_graph=False)))
+
+
 def _runner_tree() -> ast.AST:
     """The installed release's decode graph runner, parsed."""
     name, _ = _runner_call()
