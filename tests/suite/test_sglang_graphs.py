@@ -134,6 +134,75 @@ def _equal(a: list, b: list) -> bool:
     )
 
 
+def _registry_policies() -> dict[str, tuple[str, str | int | None]]:
+    """Each slot of SGLang's ``build_decode_registry`` (the decode graph runner's static
+    buffers), its padding policy and pad value, read from the installed source: the
+    ``GraphSlot(...)`` calls, a name bound by a ``for`` over a tuple of names counted once per
+    name, the policy ``FOREACH_COPY`` where the call sets none (``GraphSlot``'s default)."""
+    path = loading.sglang_root() / "srt" / "model_executor" / "cuda_graph_buffer_registry.py"
+    tree = ast.parse(path.read_text())
+    build = next(
+        n for n in ast.walk(tree)
+        if isinstance(n, ast.FunctionDef) and n.name == "build_decode_registry"
+    )  # fmt: skip
+    loops = {
+        node.target.id: [e.value for e in node.iter.elts if isinstance(e, ast.Constant)]
+        for node in ast.walk(build)
+        if isinstance(node, ast.For) and isinstance(node.target, ast.Name)
+        and isinstance(node.iter, ast.Tuple)
+    }  # fmt: skip
+    out: dict[str, tuple[str, str | int | None]] = {}
+    for call in ast.walk(build):
+        if not (isinstance(call, ast.Call) and getattr(call.func, "id", "") == "GraphSlot"):
+            continue
+        keywords = {k.arg: k.value for k in call.keywords}
+        name = call.args[0] if call.args else keywords.get("name")
+        names = (
+            [name.value]
+            if isinstance(name, ast.Constant)
+            else loops.get(getattr(name, "id", ""), [])
+        )
+        policy = keywords.get("padding_policy")
+        value = keywords.get("pad_value")
+        pad = value.id if isinstance(value, ast.Name) else getattr(value, "value", None)
+        for one in names:
+            out[one] = (policy.attr if isinstance(policy, ast.Attribute) else "FOREACH_COPY", pad)
+    return out
+
+
+def _padding_departures() -> list[str]:
+    """Where ``StaticBuffers.PADDING`` departs from :func:`_registry_policies`."""
+    source = _registry_policies()
+    as_leg = {"ZERO": 0, "FOREACH_COPY": None}
+    out = []
+    for name, pad in graphs.StaticBuffers.PADDING.items():
+        if name == "extend_seq_lens":  # the draft extend runner's own registry
+            continue
+        policy, value = source.get(name, ("absent", None))
+        if policy == "FILL_SENTINEL":
+            same = value == "seq_len_fill_value" and pad == graphs.SEQ_LEN_FILL_VALUE
+        else:
+            same = policy in as_leg and as_leg[policy] == pad
+        if not same:
+            out.append(f"{name}: the leg pads {pad!r}, the registry declares {policy} {value}")
+    return out
+
+
+def test_the_static_buffers_pad_each_slot_as_sglang_s_decode_registry_declares():
+    """``StaticBuffers.PADDING``, the leg's policy per slot, is the policy SGLang's
+    ``build_decode_registry`` declares for that slot, read from the installed source:
+    ``ZERO`` for 0, ``FILL_SENTINEL`` with ``seq_len_fill_value`` for the fill value, and
+    ``FOREACH_COPY`` (the tail kept) for None; the draft extend runner's ``extend_seq_lens``
+    (its own registry) aside."""
+    assert _padding_departures() == []
+
+
+def test_a_slot_padded_otherwise_than_the_registry_is_caught(monkeypatch):
+    """Able to fail: the leg zeroing ``input_ids``' tail, which the registry keeps."""
+    monkeypatch.setitem(graphs.StaticBuffers.PADDING, "input_ids", 0)
+    assert any(d.startswith("input_ids") for d in _padding_departures())
+
+
 @pytest.mark.parametrize("index", [HISTORY, 4, 9])  # no window; a window; the draft model's
 def test_a_replay_changes_the_canary_as_an_eager_run_of_the_live_batch(index, monkeypatch):
     """A healthy history whose decodes replay captured graphs leaves SGLang's canary buffers
