@@ -142,3 +142,27 @@ def test_the_readmes_table_of_fired_checks_is_read_and_compared_both_ways():
         "CHAIN fired in DECODE, which the README says it cannot",
     ]
     assert "| TOKEN | 2 | never |" in fired.fired_table(reports)
+
+
+def test_the_pool_and_request_stand_ins_provide_what_the_runtime_reads(monkeypatch):
+    """Of the request pool it is given, the manager reads ``req_to_token`` alone, and of each
+    request ``compute_req_all_ids_info`` reads ``origin_input_ids`` and ``output_ids`` (both
+    read from the installed source): the leg's stand-ins of ``ReqToTokenPool`` and ``Req`` hold
+    those fields, as a history runs them."""
+    module = "single_forward_manager/manager.py"
+    pool_read = read_attributes("_req_to_token_pool", module) | read_attributes(
+        "req_to_token_pool", module
+    )
+    req_read = read_attributes("req", "req_to_expected_token_ids_manager.py")
+    mods = loading.manager_modules()
+    real, seen = mods.scatter.compute_req_all_ids_info, []
+
+    def spy(reqs):
+        seen.extend(set(vars(r)) for r in reqs)
+        return real(reqs)
+
+    monkeypatch.setattr(mods.scatter, "compute_req_all_ids_info", spy)
+    side = manager_run.run_history(0, steps=10)
+    pools = [set(vars(m._req_to_token_pool)) for m in side.managers.values()]
+    assert pool_read and pools and all(pool_read <= pool for pool in pools), (pool_read, pools)
+    assert req_read and seen and all(req_read <= fields for fields in seen), (req_read, seen[:1])
