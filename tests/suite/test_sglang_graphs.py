@@ -10,7 +10,9 @@ state alone."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
+import sys
 
 import numpy as np
 import pytest
@@ -554,3 +556,29 @@ def test_replayed_dues_promise_only_what_a_replay_can_report():
     assert graphs.replayed_dues(dues, counted) == [Due(slot=5, bits=chain), Due(slot=7, bits=chain)]
     assert counted == [4]
     assert graphs.replayed_dues(None, counted) is None
+
+
+def test_the_stream_capture_stand_in_answers_as_sglang_s_own_on_a_gpu():
+    """``is_device_stream_capturing``, SGLang's own run from source on a GPU platform stand-in
+    (graph capture supported, the device module's ``is_current_stream_capturing`` the capture
+    state): True while a stream captures, False otherwise. The leg's stand-in
+    (``loading._stand_in_utils``, ``graphs._stream_capturing``), which SGLang's canary asks
+    (``FutureTensors.device_to_host`` refuses to run in a capture), answers the same inside and
+    outside the leg's captures."""
+    capturing = [False]
+    platform = types_namespace(dict(device_type="cuda",
+                                    capabilities=types_namespace(dict(graph_capture=True))))  # fmt: skip
+    module = types_namespace(dict(is_current_stream_capturing=lambda: capturing[0]))
+    fake_torch = types_namespace(dict(get_device_module=lambda device: module))
+    path = loading.sglang_root() / "srt" / "utils" / "common.py"
+    scope = {"current_platform": platform, "torch": fake_torch}
+    theirs = loading.from_source(path, ("is_device_stream_capturing",), scope)[
+        "is_device_stream_capturing"
+    ]
+    loading.manager_modules()
+    utils = sys.modules["sglang.srt.utils"]
+    device = torch.device("cuda")
+    for state in (False, True):
+        capturing[0] = state
+        with graphs._stream_capturing() if state else contextlib.nullcontext():
+            assert utils.is_device_stream_capturing(device) == theirs(device) == state
