@@ -26,7 +26,7 @@ import types
 import numpy as np
 import torch
 
-from conformance.sglang import loading
+from conformance.sglang import loading, memory
 
 __all__ = ["paging_departures", "swa_allocator"]
 
@@ -36,10 +36,8 @@ SWA_METHODS = (
     "set_full_to_swa_mapping", "clear_full_to_swa_mapping", "free_swa", "_expand_to_full_pages",
     "_release_swa",
 )  # fmt: skip
-PAGED_METHODS = (
-    "alloc_extend", "available_size", "merge_and_sort_free", "get_all_free_pages", "free",
-    "_release_page_ids",
-)  # fmt: skip
+#: the paged allocator's methods besides those :func:`memory.page_allocator` binds
+PAGED_METHODS = ("alloc_extend", "available_size")
 POOL_METHODS = ("register_mapping", "translate_loc_from_full_to_swa")
 
 
@@ -81,14 +79,10 @@ def _bind(state: types.SimpleNamespace, methods: dict) -> types.SimpleNamespace:
 
 
 def _paged(page_size: int, pages: list[int], size: int) -> types.SimpleNamespace:
-    """SGLang's paged allocator of ``size`` slots over free ``pages`` (a server without PD:
-    no sort)."""
-    state = types.SimpleNamespace(
-        size=size, page_size=page_size, device="cpu", need_sort=False, debug_mode=False, free_group=None,
-        staged_pages=[], num_staged_pages=0, use_triton_kernels=False,
-        free_pages=torch.tensor(pages, dtype=torch.int64),
-        release_pages=torch.empty((0,), dtype=torch.int64),
-    )  # fmt: skip
+    """SGLang's paged allocator of ``size`` slots over free ``pages`` (the histories', a server
+    without PD), with its ``alloc_extend`` on the CPU path and ``available_size``."""
+    state = memory.page_allocator(page_size, pages)
+    state.size, state.use_triton_kernels = size, False
     return _bind(state, _methods()[1])
 
 
