@@ -343,6 +343,15 @@ def test_an_eagle_target_s_idle_steps_replay_its_target_verify_graph():
     assert graphs.capture_mode(Engine(side.engine.config).idle(2)) == DECODE
 
 
+def test_an_eagle_target_s_idle_step_replayed_through_decode_is_caught(monkeypatch):
+    """Able to fail: a leg whose idle steps are one token a row under EAGLE (the old leg's)
+    replays them through a DECODE graph in the EAGLE target history."""
+    real = Engine.idle
+    monkeypatch.setattr(Engine, "idle", lambda self, pad, width=1: real(self, pad))
+    side = manager_run.run_history(1, steps=STEPS)
+    assert DECODE in {mode for _, mode in side.graphs}
+
+
 @pytest.mark.parametrize(
     ("file", "cls"),
     [("eagle_draft_cuda_graph_runner.py", "EAGLEDraftCudaGraphRunner"),
@@ -558,13 +567,11 @@ def test_replayed_dues_promise_only_what_a_replay_can_report():
     assert graphs.replayed_dues(None, counted) is None
 
 
-def test_the_stream_capture_stand_in_answers_as_sglang_s_own_on_a_gpu():
-    """``is_device_stream_capturing``, SGLang's own run from source on a GPU platform stand-in
-    (graph capture supported, the device module's ``is_current_stream_capturing`` the capture
-    state): True while a stream captures, False otherwise. The leg's stand-in
-    (``loading._stand_in_utils``, ``graphs._stream_capturing``), which SGLang's canary asks
-    (``FutureTensors.device_to_host`` refuses to run in a capture), answers the same inside and
-    outside the leg's captures."""
+def _capture_answers() -> list[tuple[bool, bool, bool]]:
+    """``(capturing, the leg's stand-in, SGLang's own)`` of ``is_device_stream_capturing`` on
+    a ``cuda`` device, outside and inside the leg's capture block: SGLang's function run from
+    source on a GPU platform stand-in (graph capture supported, the device module's
+    ``is_current_stream_capturing`` the capture state)."""
     capturing = [False]
     platform = types_namespace(dict(device_type="cuda",
                                     capabilities=types_namespace(dict(graph_capture=True))))  # fmt: skip
@@ -578,7 +585,23 @@ def test_the_stream_capture_stand_in_answers_as_sglang_s_own_on_a_gpu():
     loading.manager_modules()
     utils = sys.modules["sglang.srt.utils"]
     device = torch.device("cuda")
+    out = []
     for state in (False, True):
         capturing[0] = state
         with graphs._stream_capturing() if state else contextlib.nullcontext():
-            assert utils.is_device_stream_capturing(device) == theirs(device) == state
+            out.append((state, utils.is_device_stream_capturing(device), theirs(device)))
+    return out
+
+
+def test_the_stream_capture_stand_in_answers_as_sglang_s_own_on_a_gpu():
+    """``is_device_stream_capturing``: SGLang's own is True while a stream captures, False
+    otherwise; the leg's stand-in (``loading._stand_in_utils``, ``graphs._stream_capturing``),
+    which SGLang's canary asks (``FutureTensors.device_to_host`` refuses to run in a capture),
+    answers the same inside and outside the leg's captures."""
+    assert all(state == mine == theirs for state, mine, theirs in _capture_answers())
+
+
+def test_a_capture_the_stand_in_does_not_announce_is_caught(monkeypatch):
+    """Able to fail: a capture block that leaves the stand-in saying False."""
+    monkeypatch.setattr(graphs, "_stream_capturing", contextlib.nullcontext)
+    assert any(mine != theirs for _, mine, theirs in _capture_answers())

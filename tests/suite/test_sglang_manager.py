@@ -144,11 +144,10 @@ def test_the_readmes_table_of_fired_checks_is_read_and_compared_both_ways():
     assert "| TOKEN | 2 | never |" in fired.fired_table(reports)
 
 
-def test_the_pool_and_request_stand_ins_provide_what_the_runtime_reads(monkeypatch):
-    """Of the request pool it is given, the manager reads ``req_to_token`` alone, and of each
-    request ``compute_req_all_ids_info`` reads ``origin_input_ids`` and ``output_ids`` (both
-    read from the installed source): the leg's stand-ins of ``ReqToTokenPool`` and ``Req`` hold
-    those fields, as a history runs them."""
+def _pool_and_request_fields(monkeypatch) -> tuple[set, list, set, list]:
+    """What SGLang's manager reads of its request pool and ``compute_req_all_ids_info`` of
+    each request (read from the installed source), and the fields of the leg's stand-ins of
+    ``ReqToTokenPool`` and ``Req`` as a history runs them."""
     module = "single_forward_manager/manager.py"
     pool_read = read_attributes("_req_to_token_pool", module) | read_attributes(
         "req_to_token_pool", module
@@ -164,5 +163,13 @@ def test_the_pool_and_request_stand_ins_provide_what_the_runtime_reads(monkeypat
     monkeypatch.setattr(mods.scatter, "compute_req_all_ids_info", spy)
     side = manager_run.run_history(0, steps=10)
     pools = [set(vars(m._req_to_token_pool)) for m in side.managers.values()]
+    return pool_read, pools, req_read, seen
+
+
+def test_the_pool_and_request_stand_ins_provide_what_the_runtime_reads(monkeypatch):
+    """Of the request pool it is given, the manager reads ``req_to_token`` alone, and of each
+    request ``compute_req_all_ids_info`` reads ``origin_input_ids`` and ``output_ids``: the
+    leg's stand-ins of ``ReqToTokenPool`` and ``Req`` hold those fields."""
+    pool_read, pools, req_read, seen = _pool_and_request_fields(monkeypatch)
     assert pool_read and pools and all(pool_read <= pool for pool in pools), (pool_read, pools)
     assert req_read and seen and all(req_read <= fields for fields in seen), (req_read, seen[:1])
