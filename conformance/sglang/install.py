@@ -19,14 +19,13 @@ what a configuration decides:
 - the model runner: its device, whether it is a draft worker, a pool of the class the
   configuration's model makes (an instance of a class of that name: the registry is looked up
   by the pool's exact class, as SGLang's is), its request pool and sizes;
-- the pool: ``attach_mha`` and ``attach_swa`` are SGLang's own (``pool_patcher/adapters``,
+- the pool: every attacher of the release's registry is SGLang's own (``pool_patcher/adapters``,
   run), on a pool of the configuration's shape (:func:`_pool`: its layers made as
   ``MHATokenToKVPool`` makes them, :func:`conformance.sglang.model_layers.layer_buffers`; for
-  ``SWAKVPool`` a full and an SWA sub-pool, the full one of ``full_layers`` layers); the
-  pool's class and layers of a model architecture are SGLang's own choice
-  (:func:`conformance.sglang.model_layers.pool_of`); any other attacher returns the buffer
-  groups of its kinds (read from the attacher's source: the ``PoolKind`` members its groups
-  are made with);
+  ``SWAKVPool`` and ``DeepSeekV4TokenToKVPool`` a full and an SWA sub-pool, the full one of
+  ``full_layers`` layers); the pool's class and layers of a model architecture are SGLang's own
+  choice (:func:`conformance.sglang.model_layers.pool_of`); an attacher that reads a field the
+  stand-in pool lacks fails loudly (an ``AttributeError``), not quietly;
 - what is built after the attachers: ``CanaryLaunchCapacities``, ``CanaryManager`` and the
   model's forward patch record their arguments.
 
@@ -39,7 +38,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import functools
 import importlib
 import logging
 import types
@@ -56,6 +54,8 @@ __all__ = ["Installed", "Refused", "Setting", "install", "kv_canary_dir"]
 #: (:mod:`conformance.sglang.model_layers`), an MLA model's.
 MHA_POOL, SWA_POOL = model_layers.MHA_POOL, model_layers.SWA_POOL
 MLA_POOL = "MLATokenToKVPool"
+#: DeepSeek V4's pool, whose attacher (``attach_dsv4``) wires its SWA sub-pool alone.
+DSV4_POOL = "DeepSeekV4TokenToKVPool"
 
 
 @dataclass(frozen=True)
@@ -113,18 +113,6 @@ def kv_canary_dir() -> Path:
     return loading.sglang_root() / "srt" / "kv_canary"
 
 
-@functools.cache
-def _attacher_kinds(attacher_file: Path) -> tuple[str, ...]:
-    """The ``PoolKind`` members an attacher's source makes its groups with, in order."""
-    tree = ast.parse(attacher_file.read_text())
-    kinds = [
-        node.attr
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Attribute) and getattr(node.value, "id", "") == "PoolKind"
-    ]
-    return tuple(dict.fromkeys(kinds))
-
-
 def _registry(api_file: Path) -> dict[str, str]:
     """``_POOL_ATTACHERS`` of ``pool_patcher/api.py``: pool class name to attacher name."""
     for node in ast.parse(api_file.read_text()).body:
@@ -140,35 +128,20 @@ def _registry(api_file: Path) -> dict[str, str]:
     raise LookupError(f"{api_file}: no _POOL_ATTACHERS")
 
 
-#: The attachers run from the installed release on the stand-in pool (:func:`_pool`).
-RUN_ATTACHERS = ("attach_mha", "attach_swa")
+def _attacher(name: str):
+    """The registry's attacher ``name``, SGLang's own (``pool_patcher/adapters``), run on the
+    stand-in pool with its buffers allocated on the CPU rather than on the device."""
+    loading.manager_modules()
+    for package in ("pool_patcher", "pool_patcher.adapters"):
+        loading.register_package(f"{loading.KV_CANARY}.{package}")
+    module = f"{loading.KV_CANARY}.pool_patcher.adapters.{name.removeprefix('attach_')}"
+    sglang_s = getattr(importlib.import_module(module), name)
 
+    def on_the_cpu(*, device, **kwargs):
+        return sglang_s(device=torch.device("cpu"), **kwargs)
 
-def _attacher(name: str, kinds: tuple[str, ...]):
-    """An attacher of the registry: SGLang's own where :data:`RUN_ATTACHERS` names it, else
-    the groups of ``kinds``, each recording its offset."""
-    if name in RUN_ATTACHERS:
-        loading.manager_modules()
-        for package in ("pool_patcher", "pool_patcher.adapters"):
-            loading.register_package(f"{loading.KV_CANARY}.{package}")
-        module = f"{loading.KV_CANARY}.pool_patcher.adapters.{name.removeprefix('attach_')}"
-        sglang_s = getattr(importlib.import_module(module), name)
-
-        def on_the_cpu(*, device, **kwargs):  # the buffers allocated here, not on the device
-            return sglang_s(device=torch.device("cpu"), **kwargs)
-
-        on_the_cpu.__name__ = name
-        return on_the_cpu
-
-    def attach(*, pool, device, read_bytes, kv_token_id_vs_position_offset):
-        return tuple(
-            types.SimpleNamespace(kind=types.SimpleNamespace(name=kind),
-                                  offset=kv_token_id_vs_position_offset)
-            for kind in kinds
-        )  # fmt: skip
-
-    attach.__name__ = name
-    return attach
+    on_the_cpu.__name__ = name
+    return on_the_cpu
 
 
 def _recorder(**kwargs) -> types.SimpleNamespace:
@@ -214,11 +187,7 @@ def _patcher(root: Path) -> tuple[dict[str, str], dict[str, type], object]:
     patcher_file = root / "pool_patcher" / "api.py"
     registry = _registry(patcher_file)
     pool_classes = {name: type(name, (), {}) for name in registry}
-    attachers = {
-        attacher: _attacher(attacher, _attacher_kinds(
-            root / "pool_patcher" / "adapters" / f"{attacher.removeprefix('attach_')}.py"))
-        for attacher in set(registry.values())
-    }  # fmt: skip
+    attachers = {attacher: _attacher(attacher) for attacher in set(registry.values())}
     scope = loading.from_source(
         patcher_file,
         ("attach_canary_buffers",),
@@ -262,17 +231,17 @@ def _install_scope(setting: Setting, attach) -> dict:
 def _pool(setting: Setting, pool_class: type):
     """A pool of ``pool_class`` (a stand-in class of its name) with the fields the attachers
     read: its layers' K and V buffers, its page size and buffer-info methods; for
-    ``SWAKVPool`` a full sub-pool of ``setting.full_layers`` layers, an SWA sub-pool of one
-    and the full-to-SWA table."""
+    ``SWAKVPool`` and ``DeepSeekV4TokenToKVPool`` a full sub-pool of ``setting.full_layers``
+    layers, an SWA sub-pool of one and the full-to-SWA table."""
 
     def part(layers: int) -> types.SimpleNamespace:
         k, v = model_layers.layer_buffers(layers)
-        return types.SimpleNamespace(k_buffer=k, v_buffer=v, page_size=1)
+        return types.SimpleNamespace(k_buffer=k, v_buffer=v, page_size=1, size=16)
 
     pool = pool_class()
     pool.page_size = 1
     pool.get_contiguous_buf_infos = pool.get_state_buf_infos = lambda: ([], [], [])
-    if setting.pool == SWA_POOL:
+    if setting.pool in (SWA_POOL, DSV4_POOL):
         pool.full_kv_pool, pool.swa_kv_pool = part(setting.full_layers), part(1)
         pool.full_to_swa_index_mapping = torch.zeros(17, dtype=torch.int64)
     else:

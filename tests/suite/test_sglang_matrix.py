@@ -255,6 +255,32 @@ def test_a_release_whose_model_has_full_layers_is_read_as_one(tmp_path):
     }  # fmt: skip
 
 
+def test_every_attacher_of_the_registry_is_sglang_s_own(monkeypatch):
+    """Each pool class of the release's registry installs through its attacher run from
+    SGLang's source: the groups it makes are SGLang's ``CanaryBufferGroup``s, sized from the
+    stand-in pool. Able to fail: a pool that lacks what ``attach_dsv4`` reads (its SWA
+    sub-pool) fails in SGLang's code; no attacher stands in and answers anyway."""
+    registry = install._registry(install.kv_canary_dir() / "pool_patcher" / "api.py")
+    assert set(registry.values()) >= {"attach_mha", "attach_swa", "attach_dsv4"}
+    for pool, attacher in registry.items():
+        made = install.install(install.Setting(pool=pool))
+        assert isinstance(made, install.Installed) and made.attacher == attacher, pool
+    dsv4 = install.install(install.Setting(pool=install.DSV4_POOL, draft_worker=True,
+                                           speculative_num_steps=3))  # fmt: skip
+    assert isinstance(dsv4, install.Installed) and dsv4.groups == ("SWA",)
+    assert dsv4.kv_token_id_vs_position_offset == 1  # the field of SGLang's group
+    part = install._pool
+
+    def without_the_swa_sub_pool(setting, pool_class):
+        pool = part(setting, pool_class)
+        del pool.swa_kv_pool
+        return pool
+
+    monkeypatch.setattr(install, "_pool", without_the_swa_sub_pool)
+    with pytest.raises(AttributeError, match="swa_kv_pool"):
+        install.install(install.Setting(pool=install.DSV4_POOL))
+
+
 @pytest.mark.parametrize("full_layers", [0, 1])
 def test_install_runs_sglang_s_own_swa_attacher(full_layers):
     """The SWA pool's canary attached by SGLang's ``attach_swa`` itself: groups of SGLang's
