@@ -123,7 +123,12 @@ from conformance import upstream
 from conformance.sglang import loading, memory, wiring
 from conformance.sglang.fired import fired_table, readme_never_cells, table_problems
 from conformance.sglang.histories import REQUIRED
-from conformance.sglang.manager_run import draft_input_assert_refusal, logged_problems, run_history
+from conformance.sglang.manager_run import (
+    ServerCannotStart,
+    draft_input_assert_refusal,
+    logged_problems,
+    run_history,
+)
 from conformance.sglang.trials import fault_trial, shared_prefix_trial
 from engine_model import faults
 from engine_model.vocabulary import (
@@ -178,8 +183,12 @@ def _correct_histories(histories: int) -> tuple[list[str], Counter]:
     step_counts: Counter = Counter()
     counts: Counter = Counter()
     not_managed: Counter = Counter()
+    stopped: list[str] = []
     for index in range(histories):
         side = run_history(index)
+        if side.cannot_start is not None:
+            stopped.append(f"history {index} at its first {side.cannot_start}")
+            counts[f"cannot capture {side.cannot_start.mode}"] += 1
         step_counts.update(side.step_counts)
         not_managed.update(side.not_managed)
         counts.update(
@@ -192,6 +201,10 @@ def _correct_histories(histories: int) -> tuple[list[str], Counter]:
         counts.update({f"unchecked {m}": n for m, n in side.unchecked_by_mode.items()})
     print(f"{histories} correct histories, equal after every step, silent:")
     print(f"  pages and pool rows chosen by: {memory.allocators()[1]}")
+    print(
+        f"  stopped where SGLang's server would not start ({len(stopped)}): "
+        + ("; ".join(stopped) or "none")
+    )
     for name, n in sorted(step_counts.items()):
         print(f"  {name}: {n}")
     print(f"  plans of a group and expected inputs equal the reference's: {counts['plans']}")
@@ -229,7 +242,13 @@ def _fault_trials(trials: int) -> tuple[Counter, list[str]]:
         for settle_mode in settle_modes:
             for t in range(trials):
                 index = t * len(settle_modes) + settle_modes.index(settle_mode)
-                outcome, lines, side = fault_trial(fault_class, index, settle_mode)
+                try:
+                    outcome, lines, side = fault_trial(fault_class, index, settle_mode)
+                except ServerCannotStart as stop:  # raised only where the divergence says
+                    outcomes[
+                        (fault_class, f"not run, such a server does not start [{stop.tag}]")
+                    ] += 1
+                    continue
                 outcomes[(fault_class, outcome)] += 1
                 fired.update(side.fired)
                 token_dues += side.token_dues
@@ -254,10 +273,10 @@ def _fault_trials(trials: int) -> tuple[Counter, list[str]]:
 def _upstream_problems(fired: Counter, counts: Counter) -> list[str]:
     """The README's table of fired checks, on the release it was made on (a cell it says cannot
     fire never does, and every other cell fires), and [20] and [21] as expectations: present on
-    the releases their scripts reproduce on ([20] only where the draft's runner has a token
-    oracle, :mod:`conformance.sglang.wiring`) (for [21], in the replays of every graph the leg
-    captures: :data:`GRAPHS_REPLAYED_BY`), so that a fix upstream shows as an unexpected pass,
-    and absent elsewhere."""
+    the releases their scripts reproduce on ([20] only where an EAGLE server runs the input
+    assert, :func:`conformance.sglang.wiring.eagle_input_assert`) (for [21], in the replays of
+    every graph the leg captures, :data:`GRAPHS_REPLAYED_BY`, but one whose capture a divergence
+    stops), so that a fix upstream shows as an unexpected pass, and absent elsewhere."""
     problems = []
     version = upstream.installed_version()
     release, cannot = readme_never_cells()
@@ -265,8 +284,8 @@ def _upstream_problems(fired: Counter, counts: Counter) -> list[str]:
         problems += table_problems(fired, cannot)
     for tag, what in ((DRAFT_EXTEND_DIVERGENCE, "reports"), (GRAPH_TOKEN_DIVERGENCE, "entries")):
         expected = upstream.reproduces_on(tag, version)
-        if tag == DRAFT_EXTEND_DIVERGENCE and expected:  # the draft's assert needs its oracle
-            expected = wiring.runner_gets_token_oracle(True)
+        if tag == DRAFT_EXTEND_DIVERGENCE and expected:  # the draft's assert, as served
+            expected = wiring.eagle_input_assert()
         seen = counts[str(tag)]
         if expected is not None and (seen > 0) != expected:
             problems.append(
@@ -277,7 +296,7 @@ def _upstream_problems(fired: Counter, counts: Counter) -> list[str]:
         problems += [
             f"[{GRAPH_TOKEN_DIVERGENCE}] expected but not seen in {mode} replays on sglang {version}"
             for mode in GRAPHS_REPLAYED_BY
-            if not counts[f"unchecked {mode}"]
+            if not counts[f"unchecked {mode}"] and not counts[f"cannot capture {mode}"]
         ]
     return problems
 
@@ -285,10 +304,15 @@ def _upstream_problems(fired: Counter, counts: Counter) -> list[str]:
 def _draft_refusal_problems() -> list[str]:
     """The draft model's history with the write's input assert on, its runner wired as SGLang's
     ``ModelRunner`` wires it, printed: the ``RuntimeError`` of [22] where its script reproduces
-    it (the leg runs the draft model's histories with the assert off there, as a server must),
-    else none."""
-    refusal = draft_input_assert_refusal()
+    it, the capture that stops such a server where [28] does (the leg runs EAGLE's histories
+    with the assert off in both cases, as a server must), else none."""
     oracle = "a token oracle" if wiring.runner_gets_token_oracle(True) else "no token oracle"
+    try:
+        refusal = draft_input_assert_refusal()
+    except ServerCannotStart as stop:  # raised only where the divergence reproduces
+        print(f"the draft model's canary with the input assert on, its runner given {oracle}: "
+              f"such a server does not start, {stop}")  # fmt: skip
+        return []
     print(f"the draft model's canary with the input assert on, its runner given {oracle} as "
           f"SGLang's ModelRunner gives it: {refusal or 'runs through'}")  # fmt: skip
     version = upstream.installed_version()

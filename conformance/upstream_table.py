@@ -484,9 +484,11 @@ DIVERGENCES: dict[int, Divergence] = {
         "request ids per token and raises `AttributeError` on None: such a server does not "
         "start. The script reads the capture call's keywords and what `ModelRunner` gives a "
         "draft worker from the source, and runs SGLang's oracle manager on a "
-        "`DRAFT_EXTEND_V2` batch of those fields; the support matrix's EAGLE chain row, run "
-        "on those releases by the nightly job, shows the draft model's history raising at "
-        "its first draft extend that replays a graph.",
+        "`DRAFT_EXTEND_V2` batch of those fields. On those releases the nightly job's "
+        "per-forward leg runs the draft model's history with the assert on and shows it "
+        "stopping at its first draft extend graph's capture, and runs EAGLE's histories and "
+        "the support matrix with the assert off, as such a server must "
+        "(`wiring.eagle_input_assert`).",
         "repro_28_draft_extend_capture_without_rids.py",
         ("0.5.13", "0.5.17"),
     ),

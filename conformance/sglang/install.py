@@ -15,7 +15,8 @@ what a configuration decides:
 
 - the server's configuration: the published CUDA graph configuration (``get_exec``), the
   speculative steps (``get_spec``), the disaggregation mode (``get_disagg``), and the canary's
-  mode (``CanaryConfig.from_env`` gives a ``LOG`` canary, as ``--kv-canary log`` does);
+  options (:data:`SERVER_OPTIONS`, ``--kv-canary log``, which SGLang's own
+  ``CanaryConfig.from_env`` reads: :func:`conformance.sglang.loading.canary_config`);
 - the model runner: its device, whether it is a draft worker, a pool of the class the
   configuration's model makes (an instance of a class of that name: the registry is looked up
   by the pool's exact class, as SGLang's is), its request pool and sizes;
@@ -193,17 +194,23 @@ def _patcher(root: Path) -> tuple[dict[str, str], dict[str, type], object]:
         ("attach_canary_buffers",),
         {
             "_POOL_ATTACHERS": {pool_classes[c]: attachers[a] for c, a in registry.items()},
-            "resolve_real_kv_read_bytes": lambda config: 0,
+            "resolve_real_kv_read_bytes": importlib.import_module(
+                f"{loading.KV_CANARY}.pool_patcher.buffer_alloc"
+            ).resolve_real_kv_read_bytes,
             "logger": logging.getLogger("kv_canary.install"),
         },
     )
     return registry, pool_classes, scope["attach_canary_buffers"]
 
 
+#: The server's canary options of ``--kv-canary log`` (the others SGLang's defaults).
+SERVER_OPTIONS = {"kv_canary": "log", "kv_canary_real_data": "none", "kv_canary_sweep_interval": 0}
+
+
 def _install_scope(setting: Setting, attach) -> dict:
     """The names ``install_canary`` reads besides SGLang's functions run from source: the
     server's configuration of ``setting``, and recorders for what it builds."""
-    mode = types.SimpleNamespace(NONE="none", LOG="log")
+    config = loading.manager_modules().config
     spec = types.SimpleNamespace(speculative_num_steps=setting.speculative_num_steps)
     disagg = types.SimpleNamespace(disaggregation_mode=setting.disaggregation_mode)
     return {
@@ -212,10 +219,13 @@ def _install_scope(setting: Setting, attach) -> dict:
         "current_platform": types.SimpleNamespace(
             capabilities=types.SimpleNamespace(graph_capture=True)
         ),
+        # SGLang's own, over the options of ``--kv-canary log`` (the others their defaults)
         "CanaryConfig": types.SimpleNamespace(
-            from_env=lambda server_args: types.SimpleNamespace(mode=mode.LOG)
+            from_env=lambda server_args: loading.canary_config(
+                config, options=SERVER_OPTIONS, env={}
+            )
         ),
-        "CanaryMode": mode,
+        "CanaryMode": config.CanaryMode,
         "PerturbConfig": types.SimpleNamespace(from_env=lambda: types.SimpleNamespace()),
         "attach_canary_buffers": attach,
         "SWATokenToKVPoolAllocator": type("SWATokenToKVPoolAllocator", (), {}),

@@ -33,6 +33,7 @@ import functools
 import importlib
 import importlib.machinery
 import importlib.util
+import os
 import sys
 import types
 from array import array
@@ -44,8 +45,12 @@ import torch
 from conformance import upstream
 
 __all__ = [
+    "CPU_CUDA_CALLS",
     "KV_CANARY",
+    "UNPINNED_FACTORIES",
+    "UNPINNED_METHOD",
     "DebugKernel",
+    "canary_config",
     "cpu_only",
     "from_source",
     "import_all",
@@ -55,10 +60,12 @@ __all__ = [
     "perturb_modules",
     "register_package",
     "runtime",
+    "runtime_sources",
     "sglang_root",
     "splice_modules",
     "sweep_builder",
     "token_oracle_modules",
+    "torch_device_calls",
     "walk_radix_cache",
 ]
 
@@ -188,23 +195,76 @@ def perturb_modules() -> types.SimpleNamespace:
     return mods
 
 
+#: The torch factories whose ``pin_memory=True`` :func:`cpu_only` drops.
+UNPINNED_FACTORIES = ("zeros", "empty", "tensor")
+#: ... and the method, which it makes return the tensor itself.
+UNPINNED_METHOD = "Tensor.pin_memory"
+#: The calls of ``torch.cuda`` that :func:`cpu_only` makes ``torch.cpu``'s.
+CPU_CUDA_CALLS = ("is_current_stream_capturing", "current_stream", "stream", "Event")
+
+
+def torch_device_calls(sources) -> tuple[set[str], set[str]]:
+    """What SGLang's ``sources`` (texts) ask of torch that a CPU build cannot give: the
+    ``torch.cuda`` functions they call, and the ``torch`` factories they call with
+    ``pin_memory=True`` (``"Tensor.pin_memory"`` for the method), read from each syntax tree
+    (annotations that name ``torch.cuda``'s classes are no calls)."""
+    cuda, pinned = set(), set()
+    for source in sources:
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                continue
+            owner, name = node.func.value, node.func.attr
+            dotted = ast.unparse(owner)
+            if dotted == "torch.cuda":
+                cuda.add(name)
+            elif name == "pin_memory" and not node.args:
+                pinned.add("Tensor.pin_memory")
+            pins = any(
+                k.arg == "pin_memory"
+                and not (isinstance(k.value, ast.Constant) and not k.value.value)
+                for k in node.keywords
+            )
+            if pins and dotted == "torch":
+                pinned.add(name)
+    return cuda, pinned
+
+
+#: The functions of ``srt/utils/common.py`` the leg runs from source.
+COMMON_FUNCTIONS = ("flatten_arrays_to_pinned_cpu", "flatten_arrays_to_int64_tensor")
+
+
+def runtime_sources() -> list[str]:
+    """The source of SGLang's code the per-forward leg runs: the modules
+    :func:`manager_modules` loaded (``srt/kv_canary``'s and the phase checker) and the
+    functions of ``srt/utils/common.py`` it runs from source."""
+    manager_modules()
+    names = [n for n in sys.modules if n.startswith(KV_CANARY)]
+    names.append("sglang.srt.utils.phase_checker")
+    files = sorted({f for n in names if (f := getattr(sys.modules[n], "__file__", None))})
+    sources = [Path(f).read_text() for f in files]
+    common = (sglang_root() / "srt" / "utils" / "common.py").read_text()
+    for node in ast.parse(common).body:
+        if isinstance(node, ast.FunctionDef) and node.name in COMMON_FUNCTIONS:
+            sources.append(ast.get_source_segment(common, node) or "")
+    return sources
+
+
 @contextlib.contextmanager
 def cpu_only():
-    """Inside the block, on a torch without CUDA (a CPU build): ``pin_memory=True`` asks torch's
-    factories (and ``Tensor.pin_memory``) for ordinary host memory, as there is no pinned
-    allocator; and the calls of ``torch.cuda`` that releases up to 0.5.20 make where later ones
+    """Inside the block, on a torch without CUDA (a CPU build): ``pin_memory=True`` asks the
+    factories :data:`UNPINNED_FACTORIES` (and ``Tensor.pin_memory``) for ordinary host memory,
+    as there is no pinned allocator; and the calls of ``torch.cuda`` that releases up to 0.5.20 make where later ones
     ask the tensor's device module (the phase checker's debug message, formatted on every
     phase change, asks ``is_current_stream_capturing``: False, nothing captures; the host copy
     of ``runner/future_tensor.py`` takes ``current_stream``, ``stream`` and ``Event``) are
-    ``torch.cpu``'s; elsewhere nothing changes."""
+    ``torch.cpu``'s (:data:`CPU_CUDA_CALLS`); elsewhere nothing changes. Exactly what the
+    runtime's source calls is stood in for: a self-test reads it (:func:`torch_device_calls`)."""
     if torch.cuda.is_available():
         yield
         return
-    names = ("zeros", "empty", "tensor", "ones", "full")
-    saved = {n: getattr(torch, n) for n in names}
+    saved = {n: getattr(torch, n) for n in UNPINNED_FACTORIES}
+    saved_cuda = {n: getattr(torch.cuda, n) for n in CPU_CUDA_CALLS}
     saved_pin = torch.Tensor.pin_memory
-    cuda_calls = ("is_current_stream_capturing", "current_stream", "stream", "Event")
-    saved_cuda = {n: getattr(torch.cuda, n) for n in cuda_calls}
 
     def unpinned(factory):
         def call(*args, **kwargs):
@@ -213,7 +273,7 @@ def cpu_only():
 
         return call
 
-    for n in names:
+    for n in UNPINNED_FACTORIES:
         setattr(torch, n, unpinned(saved[n]))
     torch.Tensor.pin_memory = lambda self, *a, **k: self  # type: ignore[method-assign]
     torch.cuda.is_current_stream_capturing = lambda: False
@@ -225,9 +285,9 @@ def cpu_only():
     finally:
         for n, f in saved.items():
             setattr(torch, n, f)
-        torch.Tensor.pin_memory = saved_pin  # type: ignore[method-assign]
         for n, f in saved_cuda.items():
             setattr(torch.cuda, n, f)
+        torch.Tensor.pin_memory = saved_pin  # type: ignore[method-assign]
 
 
 def from_source(
@@ -277,12 +337,38 @@ def methods_from_source(path: Path, cls: str, names: tuple[str, ...], scope: dic
 
 
 def _not_run(*args, **kwargs):
-    raise AssertionError("the leg builds CanaryConfig itself; the serving stack is not run")
+    raise AssertionError("the server's options are given to canary_config alone")
+
+
+def canary_config(config_module, *, options: dict, env: dict):
+    """SGLang's ``CanaryConfig.from_env`` (of ``config_module``, its ``config.py``) run as a
+    server runs it, with the server's canary options ``options`` (``kv_canary``,
+    ``kv_canary_real_data``, ``kv_canary_sweep_interval``: what ``get_observability()`` gives
+    from 0.5.20, the server args before) and the environment variables ``env`` set while it
+    reads them (every one it reads: a variable of the caller's environment would change the
+    leg's canary otherwise); both put back after."""
+    server_args = types.SimpleNamespace(**options)
+    saved_options = getattr(config_module, "get_observability", None)
+    if saved_options is not None:
+        config_module.get_observability = lambda: server_args
+    saved_env = {name: os.environ.get(name) for name in env}
+    os.environ.update({name: str(value) for name, value in env.items()})
+    try:
+        return config_module.CanaryConfig.from_env(server_args)
+    finally:
+        if saved_options is not None:
+            config_module.get_observability = saved_options
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _stand_in_utils(root: Path) -> None:
     """``sglang.srt.runtime_context`` and ``sglang.srt.utils`` as the manager reads them:
-    ``get_observability`` (never called), ``is_device_stream_capturing`` (False: nothing
+    ``get_observability`` (raises: :func:`canary_config` gives ``CanaryConfig.from_env`` the
+    server's options), ``is_device_stream_capturing`` (False: nothing
     captures on the CPU) and ``utils.common.flatten_arrays_to_int64_tensor``, executed from
     SGLang's own source (whose module imports the serving stack)."""
     context = types.ModuleType("sglang.srt.runtime_context")
@@ -294,7 +380,7 @@ def _stand_in_utils(root: Path) -> None:
     common = types.ModuleType("sglang.srt.utils.common")
     scope = from_source(
         root / "srt" / "utils" / "common.py",
-        ("flatten_arrays_to_pinned_cpu", "flatten_arrays_to_int64_tensor"),
+        COMMON_FUNCTIONS,
         {"np": np, "torch": torch, "List": list, "array": array},
     )
     common.flatten_arrays_to_int64_tensor = scope["flatten_arrays_to_int64_tensor"]  # type: ignore[attr-defined]
@@ -341,7 +427,9 @@ class DebugKernel:
     ``@triton.jit`` gave it: Triton's interpreter strips ``tl.device_assert`` unless its own
     options say debug, whatever the decorator said, so SGLang's phase checker
     (``@triton.jit(debug=True)``) would only print its failure; here, as on a GPU, it raises
-    (an ``AssertionError`` naming the phase mismatch)."""
+    (Triton's ``InterpreterError`` wrapping the ``AssertionError`` that names the phase
+    mismatch); a kernel whose decorator did not ask for debug stays silent, as a compiled one
+    does."""
 
     def __init__(self, kernel, *, debug: bool):
         self.kernel, self.debug = kernel, debug

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 import reference
-from conformance import driver
+from conformance import driver, upstream
 from conformance.driver import ReferenceSide
 from conformance.engine_support import BITS, KIND, SLOT, TAGS, ImplRun, OracleRun
 from conformance.sglang import graphs, histories, loading, prefill_graphs, tree, wiring
@@ -47,6 +47,7 @@ from engine_model.vocabulary import (
 
 __all__ = [
     "ManagerRun",
+    "ServerCannotStart",
     "draft_extend_reports",
     "logged_problems",
     "manager_batches",
@@ -126,6 +127,8 @@ class ManagerRun(ImplRun):
     #: the draft model's tokens a request in each draft decode step (EAGLE's ``topk``; 1: a
     #: chain), :meth:`tree_draft`
     draft_topk = 1
+    #: where the history stopped because the release's server cannot start (run_history)
+    cannot_start: ServerCannotStart | None = None
 
     def __init__(self, engine: Engine, reference_run: OracleRun, *, capture: bool = True):
         mods = loading.manager_modules()
@@ -176,14 +179,25 @@ class ManagerRun(ImplRun):
             reporter_log.propagate = False
 
     def _canary_config(self):
-        """SGLang's ``CanaryConfig`` of the engine (mode ``LOG``, a sweep every step)."""
-        cfg_mod, c = self.mods.config, self.engine.config
-        return cfg_mod.CanaryConfig(
-            mode=cfg_mod.CanaryMode.LOG, ring_capacity=self.made.violation_ring.shape[0],
-            sweep_interval=1, real_kv_hash_mode=self.mods.adapter.RealKvHashMode(c.mode),
-            enable_write_input_assert=self.engine.config.write_input_assert,
-            enable_verify_token_assert=self.engine.pool is not None, stats_print_every_n_steps=0,
-        )  # fmt: skip
+        """SGLang's ``CanaryConfig`` of the engine, made by its own ``from_env`` from the
+        options a server of the engine runs with (``--kv-canary log``, the engine's real-KV
+        mode, a sweep every step; the ring of the suite's world, no stats log, and the input
+        and token asserts of the engine)."""
+        c = self.engine.config
+        return loading.canary_config(
+            self.mods.config,
+            options={
+                "kv_canary": "log",
+                "kv_canary_real_data": self.mods.adapter.RealKvHashMode(c.mode).name,
+                "kv_canary_sweep_interval": 1,
+            },
+            env={
+                "SGLANG_KV_CANARY_RING_CAPACITY": self.made.violation_ring.shape[0],
+                "SGLANG_KV_CANARY_STATS_PRINT_EVERY_N_STEPS": 0,
+                "SGLANG_KV_CANARY_ENABLE_WRITE_INPUT_ASSERT": c.write_input_assert,
+                "SGLANG_KV_CANARY_ENABLE_VERIFY_TOKEN_ASSERT": self.engine.pool is not None,
+            },
+        )
 
     def _device_state(self):
         """SGLang's ``CanaryDeviceState`` over the suite's ring, write index and pool."""
@@ -311,9 +325,16 @@ class ManagerRun(ImplRun):
         key = self.key(forward)
         mode = graphs.capture_mode(forward, draft=key[3])
         if (key, mode) not in self.graphs:
-            self.graphs[key, mode] = graphs.capture(
-                self, self._new_manager(*key), key[1], key[2], mode
-            )
+            try:
+                self.graphs[key, mode] = graphs.capture(
+                    self, self._new_manager(*key), key[1], key[2], mode
+                )
+            except AttributeError as error:
+                if mode == DRAFT_EXTEND_V2 and upstream.reproduces_on(
+                    CAPTURE_WITHOUT_RIDS, upstream.installed_version()
+                ):
+                    raise ServerCannotStart(CAPTURE_WITHOUT_RIDS, mode, error) from error
+                raise
         captured = self.graphs[key, mode]
         replayed = graphs.replayed_forward(forward, captured)
         pool = None if self.pool is None else self.pool.numpy().copy()
@@ -575,12 +596,29 @@ def sides(config: EngineConfig) -> tuple[Engine, OracleRun, ManagerRun]:
     return engine, reference_run, ManagerRun(engine, reference_run)
 
 
+#: ``docs/UPSTREAM.md``'s divergence [28]: up to 0.5.17, with the input assert on, the draft
+#: extend graph's capture raises in the token oracle manager (no ``rids_int``).
+CAPTURE_WITHOUT_RIDS = 28
+
+
+class ServerCannotStart(Exception):
+    """A graph capture raised as a divergence of ``docs/UPSTREAM.md`` says it raises on the
+    installed release: SGLang's server of that configuration, which captures its graphs at
+    startup, does not start (the tag, the captured mode, SGLang's exception)."""
+
+    def __init__(self, tag: int, mode: str, error: BaseException):
+        super().__init__(f"[{tag}] capturing {mode}: {type(error).__name__}: {error}")
+        self.tag, self.mode, self.error = tag, mode, error
+
+
 def run_history(index: int, steps: int = histories.STEPS) -> ManagerRun:
     """History ``index`` of :func:`conformance.sglang.histories.history`, with the events its
     server makes (:func:`histories.served_scheduling`: under EAGLE or without it, the engine
     as that server runs it, :func:`wiring.servable`), on SGLang's runtime and the reference,
     compared after every step (an ``AssertionError`` names the first step where they differ);
-    the runtime side, with its counts."""
+    the runtime side, with its counts. Where a graph's capture raises as a divergence says it
+    does on the installed release, the history stops there (:attr:`ManagerRun.cannot_start`):
+    such a server does not start."""
     eagle = histories.speculative(index)
     engine, reference_run, side = sides(wiring.servable(histories.engine_config(index), eagle))
     run = functools.partial(side.run, reference_run)
@@ -589,8 +627,11 @@ def run_history(index: int, steps: int = histories.STEPS) -> ManagerRun:
         run(step)
         side.step_counts[str(histories.step_label(step))] += 1
 
-    histories.history(index, steps, run=counted, engine=engine,
-                      scheduling=histories.served_scheduling(index))  # fmt: skip
+    try:
+        histories.history(index, steps, run=counted, engine=engine,
+                          scheduling=histories.served_scheduling(index))  # fmt: skip
+    except ServerCannotStart as stop:
+        side.cannot_start = stop
     if reference_run.index or side.index() != side.divergent:
         raise AssertionError(f"history {index}: a correct history reported")
     logged = logged_problems(side)

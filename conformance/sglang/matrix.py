@@ -328,7 +328,8 @@ def _outcome(page_size: int, window: int, eagle: bool, model: Model, index: int)
 
     try:
         histories.history(index, run=run, engine=engine, scheduling=scheduling)
-    except (RuntimeError, TypeError, AttributeError) as error:
+    except (RuntimeError, TypeError, AttributeError, manager_run.ServerCannotStart) as raised:
+        error = getattr(raised, "error", raised)  # a capture's: SGLang's own exception
         return (
             f"raises at step {engine.steps}: {type(error).__name__}: {str(error).splitlines()[0]}"
         )
@@ -354,6 +355,7 @@ def fired_cells(row: Row, trials: int = 1) -> list[str]:
 
 @functools.cache
 def _fired(models: tuple[Model, ...], page_size: int, window: int, trials: int) -> tuple:
+    from conformance.sglang import manager_run
     from conformance.sglang.trials import fault_trial
 
     row = Row("", models=models, page_size=page_size, window=window)
@@ -385,7 +387,13 @@ def _fired(models: tuple[Model, ...], page_size: int, window: int, trials: int) 
                             if model.scheduling.overlap else None,
                             tree_records=tree_records,
                         )  # fmt: skip
-                    except (RuntimeError, TypeError, AttributeError) as error:  # SGLang's own
+                    except (
+                        RuntimeError,
+                        TypeError,
+                        AttributeError,
+                        manager_run.ServerCannotStart,
+                    ) as raised:  # SGLang's own
+                        error = getattr(raised, "error", raised)
                         why = f"{model.name}'s trials raise {type(error).__name__} ({mode})"
                         return (f"not run: {why}", *[""] * (len(MODES) - 1))
                     fired.update({k: n for k, n in side.fired.items() if k[0] in model.shows})

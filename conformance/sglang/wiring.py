@@ -36,6 +36,7 @@ __all__ = [
     "radix_cache_owner",
     "runner_gets_token_oracle",
     "scheduler_file",
+    "eagle_input_assert",
     "servable",
 ]
 
@@ -84,17 +85,31 @@ def runner_gets_token_oracle(is_draft_worker: bool, path: Path | None = None) ->
     return runner._token_oracle_manager is installed
 
 
+def eagle_input_assert() -> bool:
+    """Whether an EAGLE server with CUDA graphs can run the write's input assert: its draft
+    worker's runner gets a token oracle (else the draft's first write raises, [22]), and the
+    draft extend graph runner's capture batch carries the request ids the oracle reads (up to
+    0.5.17 it does not, and the capture raises at startup, [28]); both read from the release's
+    source (:func:`runner_gets_token_oracle`, ``graphs.capture_keywords``)."""
+    from conformance.sglang import graphs
+
+    return runner_gets_token_oracle(True) and "rids_int" in graphs.capture_keywords(
+        graphs.DRAFT_EXTEND_RUNNER
+    )
+
+
 def servable(config: EngineConfig, eagle: bool | None = None) -> EngineConfig:
     """``config`` as a server runs it: under EAGLE (``eagle``; by default, the draft model's
-    engine, the EAGLE offset) the write's input assert where the draft's runner gets a token
-    oracle only (the setting is the server's, one for both models: [22]), and the draft
-    model's without a sweep of the prefix cache (SGLang's scheduler attaches its radix cache
-    to the target model's canary alone, :func:`radix_cache_owner`); without EAGLE as it is."""
+    engine, the EAGLE offset) the write's input assert only where such a server can run it
+    (:func:`eagle_input_assert`; the setting is the server's, one for both models: [22],
+    [28]), and the draft model's without a sweep of the prefix cache (SGLang's scheduler
+    attaches its radix cache to the target model's canary alone, :func:`radix_cache_owner`);
+    without EAGLE as it is."""
     if eagle is None:
         eagle = config.offset == 1
     if not eagle:
         return config
-    served = dataclasses.replace(config, write_input_assert=runner_gets_token_oracle(True))
+    served = dataclasses.replace(config, write_input_assert=eagle_input_assert())
     if config.offset != 1:
         return served
     return dataclasses.replace(served, cache_swept=radix_cache_owner() != TARGET_RUNNER_MANAGER)

@@ -307,6 +307,43 @@ def test_the_token_oracle_stand_in_answers_afresh_under_a_replay():
     assert graph.replay().tolist() == [77, 0, 0]
 
 
+def test_the_token_oracle_stand_in_is_called_and_answers_as_hash_oracle():
+    """Held to SGLang's ``HashOracle`` (``token_oracle/oracle.py``, run): the same keyword-only
+    call, an ``int32`` answer of the positions' shape, and tensor work alone in both, so a
+    captured call of either answers each replay as an eager call of the inputs then does (the
+    stand-in claims no property SGLang's oracle lacks). Able to fail: an oracle that reads a
+    value to the host freezes the capture's answer."""
+    import inspect
+
+    hash_oracle = loading.token_oracle_modules().token_oracle.HashOracle(vocab_size=50_000)
+    engine = Engine(manager_run.histories.engine_config(HISTORY))
+    stand_in = standins.EngineTokenOracle(engine)
+    table = stand_in.table
+    table.copy_(torch.arange(1, table.numel() + 1).reshape(table.shape))  # distinct, non-zero
+    for name in ("generalized_req_ids", "positions"):
+        for oracle in (hash_oracle, stand_in):
+            kind = inspect.signature(oracle.expected_tokens).parameters[name].kind
+            assert kind is inspect.Parameter.KEYWORD_ONLY, (oracle, name)
+    ids, positions = torch.tensor([3, 1, 2], dtype=torch.int64), torch.tensor([0, 5, 9])
+
+    class HostRead:
+        def expected_tokens(self, *, generalized_req_ids, positions):
+            first = int(positions[0])  # a host read: frozen at capture
+            return (generalized_req_ids * 0 + first).to(torch.int32)
+
+    for oracle in (hash_oracle, stand_in, HostRead()):
+        graph = capture_graph(
+            lambda o=oracle: o.expected_tokens(generalized_req_ids=ids, positions=positions)
+        )
+        assert graph.output.dtype == torch.int32 and graph.output.shape == positions.shape
+        positions.add_(1)
+        eager = oracle.expected_tokens(generalized_req_ids=ids, positions=positions)
+        assert eager.all(), oracle  # the rows and positions are inside what it knows
+        fresh = torch.equal(graph.replay(), eager)
+        assert fresh != isinstance(oracle, HostRead), oracle
+        positions.sub_(1)
+
+
 def test_a_capture_leaves_the_canary_state_alone_and_counts_its_warm_up(monkeypatch):
     """The capture's runs (SGLang's two warm-ups) write no canary buffer or ring row; their
     launches are counted apart (``warm_up``), two per tag for each of HEAD and TAIL."""

@@ -7,12 +7,16 @@ back."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import os
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from triton.runtime.errors import InterpreterError
 
 import reference
 from conformance import upstream
@@ -25,9 +29,34 @@ from tests.suite.test_sglang_runtime import read_attributes
 @pytest.mark.parametrize("index", [3, 9])  # no window and no offset; a window and the offset
 def test_a_correct_history_is_equal_after_every_step(index):
     side = manager_run.run_history(index, steps=25)
+    if side.cannot_start is not None:  # [28]: such a server does not start on this release
+        assert upstream.reproduces_on(side.cannot_start.tag, upstream.installed_version())
+        assert side.cannot_start.mode == "DRAFT_EXTEND_V2"
+        return
     forwards = sum(n for label, n in side.step_counts.items() if label != "SWEEP")
     assert forwards >= 10, side.step_counts
     assert not side.not_managed, side.not_managed
+
+
+@pytest.mark.parametrize("listed", [True, False])
+def test_a_capture_stops_a_history_only_where_divergence_28_says_it_raises(monkeypatch, listed):
+    """A draft extend graph's capture that raises ``AttributeError`` stops the history as a
+    server that cannot start where [28] reproduces on the release, and fails the leg elsewhere."""
+
+    def raising(run, manager, *args):
+        if args[-1] == "DRAFT_EXTEND_V2":
+            raise AttributeError("'NoneType' object has no attribute 'shape'")
+        return capture(run, manager, *args)
+
+    capture = manager_run.graphs.capture
+    monkeypatch.setattr(manager_run.graphs, "capture", raising)
+    monkeypatch.setattr(upstream, "reproduces_on", lambda tag, version: listed and tag == 28)
+    if not listed:
+        with pytest.raises(AttributeError):
+            manager_run.run_history(9, steps=25)
+        return
+    side = manager_run.run_history(9, steps=25)
+    assert side.cannot_start is not None and side.cannot_start.tag == 28
 
 
 def test_the_leg_fails_where_sglang_is_given_another_forward(monkeypatch):
@@ -85,6 +114,103 @@ def test_the_cpu_stand_ins_of_torch_are_put_back():
         assert torch.cuda.is_current_stream_capturing() is False
     with pytest.raises(RuntimeError):
         torch.zeros(2, pin_memory=True)
+
+
+def test_cpu_only_stands_in_for_each_call_of_the_runtime_that_a_cpu_build_cannot_make():
+    """The calls of ``torch.cuda`` and the pinned factories in the source of SGLang's modules the
+    leg runs are among those :func:`loading.cpu_only` stands in for (the releases up to 0.5.20
+    call four of ``torch.cuda``'s; later ones none), and it stands in for no factory the source
+    does not pin. Able to fail: a call it does not cover is named."""
+    cuda, pinned = loading.torch_device_calls(loading.runtime_sources())
+    assert cuda <= set(loading.CPU_CUDA_CALLS), cuda - set(loading.CPU_CUDA_CALLS)
+    stood_in = {*loading.UNPINNED_FACTORIES, loading.UNPINNED_METHOD}
+    assert pinned == stood_in, pinned ^ stood_in
+    more = (
+        "import torch\nx: torch.cuda.Stream\ntorch.cuda.synchronize()\n"
+        "torch.ones(2, pin_memory=True)\ntorch.zeros(2, pin_memory=False)\n"
+    )
+    assert loading.torch_device_calls([more]) == ({"synchronize"}, {"ones"})
+
+
+def test_the_phase_checker_s_kernel_asserts_as_its_decorator_says(monkeypatch, capfd):
+    """``DebugKernel`` launches SGLang's phase checker kernel with the ``debug`` of its own
+    ``@triton.jit`` (read from the source): a phase mismatch raises, as on a GPU; launched as a
+    kernel compiled without debug, the same mismatch passes with the phase stored, so the
+    stand-in adds no check the decorator did not ask for."""
+    mods = loading.manager_modules()
+    source = (loading.sglang_root() / "srt" / "utils" / "phase_checker.py").read_text()
+    node = next(
+        n for n in ast.parse(source).body
+        if isinstance(n, ast.FunctionDef) and n.name == "_phase_check_kernel"
+    )  # fmt: skip
+    declared = [
+        ast.literal_eval(k.value)
+        for d in node.decorator_list if isinstance(d, ast.Call)
+        for k in d.keywords if k.arg == "debug"
+    ]  # fmt: skip
+    kernel = mods.phase._phase_check_kernel
+    assert isinstance(kernel, loading.DebugKernel) and [kernel.debug] == declared == [True]
+    with loading.cpu_only():  # up to 0.5.20 the checker asks torch.cuda
+        checker = mods.phase.SimplePhaseChecker(initial_phase=1, device=torch.device("cpu"))
+        checker.enable_assert()
+        checker.update(expect_phase=1, next_phase=2)
+        with pytest.raises(InterpreterError, match="AssertionError.*phase mismatch"):
+            checker.update(expect_phase=1, next_phase=3)
+        monkeypatch.setattr(
+            mods.phase, "_phase_check_kernel", loading.DebugKernel(kernel.kernel, debug=False)
+        )
+        checker._phase.fill_(2)
+        checker.update(expect_phase=1, next_phase=3)  # not compiled with debug: no assert
+        assert int(checker._phase) == 3
+    assert "SimplePhaseChecker FAIL" in capfd.readouterr().out  # its device_print still runs
+
+
+def _from_env_reads(config_module) -> tuple[set[str], set[str]]:
+    """The server options and the environment variables SGLang's ``CanaryConfig.from_env``
+    reads, from its source."""
+    tree = ast.parse(Path(config_module.__file__).read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "CanaryConfig")
+    method = next(f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "from_env")
+    options, env = set(), set()
+    for node in ast.walk(method):
+        if isinstance(node, ast.Attribute):
+            owner = ast.unparse(node.value)
+            if owner in ("get_observability()", "server_args"):
+                options.add(node.attr)
+            elif owner == "envs":
+                env.add(node.attr)
+    return options, env
+
+
+def test_the_leg_s_canary_config_is_sglang_s_from_env_of_a_server_s_options(monkeypatch):
+    """The leg's ``CanaryConfig`` is made by SGLang's own ``from_env`` from exactly the options
+    and environment variables it reads (none left to the caller's environment: a ring capacity
+    set there changes nothing), the server's options reaching it where the release reads them
+    (``get_observability()`` or the server args); the stand-in of ``get_observability`` is put
+    back, so that no other caller is answered."""
+    mods = loading.manager_modules()
+    options, env = _from_env_reads(mods.config)
+    assert options == {"kv_canary", "kv_canary_real_data", "kv_canary_sweep_interval"}, options
+    given: list[dict] = []
+    real = loading.canary_config
+
+    def recorded(module, **kwargs):
+        given.append(kwargs)
+        return real(module, **kwargs)
+
+    monkeypatch.setattr(loading, "canary_config", recorded)
+    monkeypatch.setenv("SGLANG_KV_CANARY_RING_CAPACITY", "7")
+    side = manager_run.run_history(3, steps=2)
+    assert given and all(set(g["options"]) == options for g in given)
+    assert all(set(g["env"]) == env for g in given), env
+    config = side.config
+    assert config.mode == mods.config.CanaryMode.LOG and config.sweep_interval == 1
+    assert config.ring_capacity == side.made.violation_ring.shape[0] != 7
+    assert config.real_kv_hash_mode.name == given[0]["options"]["kv_canary_real_data"]
+    assert os.environ["SGLANG_KV_CANARY_RING_CAPACITY"] == "7"
+    saved = getattr(mods.config, "get_observability", loading._not_run)
+    with pytest.raises(AssertionError, match="canary_config"):
+        saved()
 
 
 def test_sglangs_violation_reporter_must_log_every_row_of_its_ring():
@@ -173,3 +299,23 @@ def test_the_pool_and_request_stand_ins_provide_what_the_runtime_reads(monkeypat
     pool_read, pools, req_read, seen = _pool_and_request_fields(monkeypatch)
     assert pool_read and pools and all(pool_read <= pool for pool in pools), (pool_read, pools)
     assert req_read and seen and all(req_read <= fields for fields in seen), (req_read, seen[:1])
+
+
+def test_a_release_reading_more_of_the_pool_or_request_is_caught(monkeypatch, tmp_path):
+    """Able to fail: where a release's manager read a field of its request pool, and its
+    scatter one of a request, that the leg's stand-ins lack, the comparison names both."""
+    loading.manager_modules()
+    installed = loading.sglang_root() / "srt" / "kv_canary"
+    for module, extra in (
+        ("single_forward_manager/manager.py", "self._req_to_token_pool.size"),
+        ("req_to_expected_token_ids_manager.py", "req.fill_ids"),
+    ):
+        target = tmp_path / "srt" / "kv_canary" / module
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(
+            (installed / module).read_text() + f"\n\ndef _more(self, req):\n    return {extra}\n"
+        )
+    monkeypatch.setattr(loading, "sglang_root", lambda: tmp_path)
+    pool_read, pools, req_read, seen = _pool_and_request_fields(monkeypatch)
+    assert {"size"} == set.union(*(pool_read - pool for pool in pools))
+    assert {"fill_ids"} == set.union(*(req_read - fields for fields in seen))

@@ -83,7 +83,7 @@ def test_the_draft_models_manager_has_the_oracle_its_runner_gets_and_runs_servab
     runner gets, and where that is none its input assert is off in every forward."""
     has = wiring.runner_gets_token_oracle(True)
     config = wiring.servable(histories.engine_config(6, eagle_offset=1))
-    assert config.write_input_assert == has
+    assert config.write_input_assert == wiring.eagle_input_assert()
     assert not config.cache_swept
     side = manager_run.run_history(6, steps=8)
     assert side.managers, "no forward ran"
@@ -92,6 +92,26 @@ def test_the_draft_models_manager_has_the_oracle_its_runner_gets_and_runs_servab
         assert (manager._token_oracle_manager is not None) == has
     target = wiring.servable(histories.engine_config(0, eagle_offset=0))
     assert target.write_input_assert
+
+
+@pytest.mark.parametrize("oracle", [True, False])
+@pytest.mark.parametrize("rids", [True, False])
+def test_an_eagle_server_runs_the_input_assert_only_where_it_can_start(monkeypatch, oracle, rids):
+    """The assert is on under EAGLE only where the draft's runner gets a token oracle ([22])
+    and the draft extend graph's capture batch carries the request ids it reads ([28]); on
+    the installed release the capture's fields are read from its source."""
+    from conformance.sglang import graphs
+
+    keywords = graphs.capture_keywords(graphs.DRAFT_EXTEND_RUNNER)
+    assert wiring.eagle_input_assert() == (
+        wiring.runner_gets_token_oracle(True) and "rids_int" in keywords
+    )
+    with_rids = keywords | {"rids_int"} if rids else keywords - {"rids_int"}
+    monkeypatch.setattr(wiring, "runner_gets_token_oracle", lambda draft: oracle)
+    monkeypatch.setattr(graphs, "capture_keywords", lambda runner: with_rids)
+    assert wiring.eagle_input_assert() == (oracle and rids)
+    served = wiring.servable(histories.engine_config(6, eagle_offset=1))
+    assert served.write_input_assert == (oracle and rids)
 
 
 def test_an_engine_without_the_input_assert_expects_no_inputs():
