@@ -412,8 +412,9 @@ class ManagerRun(ImplRun):
     def idle_not_laid_out(self, step) -> bool:
         """Whether ``step`` is an idle step of one of EAGLE's runners (a graph other than
         ``DECODE``) in a run that replays no graph: run eagerly, SGLang's batch has no row,
-        which the leg does not lay out, so neither side runs it (all its rows are padding:
-        it changes nothing but launch counters)."""
+        which the leg does not lay out, so neither side runs it: SGLang's canary, run on a
+        batch of no row, changes no record, ring row or slot counter, only launch counters
+        (``test_an_eager_idle_step_changes_nothing_in_sglang_s_canary``)."""
         return (
             not self.replays_graphs
             and step.mode == IDLE

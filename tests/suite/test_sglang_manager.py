@@ -21,8 +21,9 @@ from triton.runtime.errors import InterpreterError
 import reference
 from conformance import upstream
 from conformance.engine_support import BITS, SLOT
-from conformance.sglang import fired, histories, loading, manager_run, standins, trials
+from conformance.sglang import fired, histories, loading, manager_run, standins, trials, wiring
 from engine_model import Engine
+from engine_model.vocabulary import IDLE
 from tests.suite.test_sglang_runtime import read_attributes
 
 
@@ -57,6 +58,35 @@ def test_a_capture_stops_a_history_only_where_divergence_28_says_it_raises(monke
         return
     side = manager_run.run_history(9, steps=25)
     assert side.cannot_start is not None and side.cannot_start.tag == 28
+
+
+@pytest.mark.parametrize("index", [0, 6])  # the target model's engine; the draft model's
+def test_an_eager_idle_step_changes_nothing_in_sglang_s_canary(monkeypatch, index):
+    """Why the leg runs no eager idle step (``ManagerRun.idle_not_laid_out``): SGLang's canary
+    given a batch of no row, by a manager of one row's capacity (SGLang's managers hold its
+    largest batch), runs every launch and changes no canary record, ring row or counter of a
+    slot. Able to fail: the same manager given the live batch of a decode changes them."""
+    engine, reference_run, side = manager_run.sides(wiring.servable(histories.engine_config(index)))
+    engine.admit(3)
+    side.run(reference_run, engine.prefill(8))
+    real_key = side.key
+    monkeypatch.setattr(side, "key", lambda f: (*real_key(f)[:1], 1, 1, real_key(f)[3]))
+
+    def state():
+        return [
+            t.clone()
+            for w in side.worlds.values()
+            for t in (w.canary_buf, w.violation_ring, w.violation_write_index, w.slot_run_counter)
+        ]
+
+    before = state()
+    idle = engine._forward("idle", [], pad=0, forward_mode=IDLE, graph=False)
+    assert idle is not None and len(idle.token_rows) == 0
+    assert side.forward(idle) is idle  # SGLang's manager ran it
+    assert all(torch.equal(a, b) for a, b in zip(before, state(), strict=True))
+    decode = engine.decode(0)
+    assert decode is not None and side.forward(decode) is decode
+    assert not all(torch.equal(a, b) for a, b in zip(before, state(), strict=True))
 
 
 def test_the_leg_fails_where_sglang_is_given_another_forward(monkeypatch):
