@@ -453,8 +453,9 @@ DIVERGENCES: dict[int, Divergence] = {
         "with EAGLE drafting a tree (`topk` > 1) every target verify writes sibling drafts at "
         "one position: the chain position assert reports `WRITE_POSITION` on a correct server",
         "core",
-        "EAGLE's tree verify (`speculative/eagle_utils.py`: `build_tree_kernel_efficient`, a "
-        "CUDA kernel, read) gives each draft node the position of its depth, so siblings share "
+        "EAGLE's tree verify (`speculative/eagle_utils.py`: `build_tree_kernel_efficient`, "
+        "whose Triton build the suite's self-test runs, `conformance/sglang/tree.py`) gives "
+        "each draft node the position of its depth, so siblings share "
         "a position, while its `out_cache_loc` runs over the request's next "
         "`draft_token_num` slots. The canary plans the verify's writes from `seq_lens` and the "
         "draft count (`PlanInput`, `TARGET_VERIFY`) and writes the batch's positions; with the "

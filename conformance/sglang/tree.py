@@ -3,7 +3,8 @@ matrix's tree row: each target verify as SGLang's tree verify launches it, then 
 path's KV moved to the front of the request's block as SGLang moves it.
 
 SGLang builds the verify's tree (``speculative/eagle_utils.py``: ``build_tree_kernel_efficient``,
-read): ``speculative_num_draft_tokens`` nodes a request, in the order of their slots
+whose Triton build :func:`sglang_tree` runs on this module's tree): ``speculative_num_draft_tokens``
+nodes a request, in the order of their slots
 (``out_cache_loc`` runs over ``[seq_len, seq_len + draft_token_num)`` of the request's row),
 each at the position of its depth, ``seq_len + depth`` ("if depth of each draft token is [0, 1,
 1, 2] and the prompt length is 7, then positions = [7, 8, 8, 9]"), siblings at one position.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import types
 
 import numpy as np
 
@@ -33,7 +35,7 @@ from engine_model import Engine, Forward, Move
 from engine_model.steps import MoveGroup
 from engine_model.vocabulary import FULL, TARGET_VERIFY
 
-__all__ = ["TOPK", "as_tree", "depth", "verify", "widen"]
+__all__ = ["TOPK", "as_tree", "depth", "sglang_tree", "verify", "widen"]
 
 #: The tree's branching: two nodes at every depth past the root.
 TOPK = 2
@@ -88,6 +90,43 @@ def as_tree(engine: Engine, forward: Forward, records: bool = False) -> list:
         records_from=np.arange(n, dtype=np.int64) if records else np.full(n, -1, dtype=np.int64),
     ),))  # fmt: skip
     return [tree, save, load]
+
+
+def sglang_tree(seq_lens, depth_steps: int) -> tuple:
+    """The tree of :func:`depth` (``depth_steps`` draft steps, ``1 + 2 depth_steps`` nodes a
+    request) built by SGLang's own tree kernel (``sgl_build_tree_kernel_efficient_triton`` of
+    ``kernels/ops/speculative/spec_tree.py``, the Triton build of ``build_tree_kernel_efficient``,
+    executed from the installed release's source and interpreted) for requests of
+    ``seq_lens``: each node's position, and the retrieve links (next token, next sibling), as
+    ``[requests, nodes]`` arrays. EAGLE's draft encodes the tree as the score index each node
+    was selected at and, per step, the score index of the node it expanded: here node ``i`` was
+    selected at ``i - 1`` and step ``d`` expanded the path's node of depth ``d``."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    from conformance.adapters import sglang as adapter
+    from conformance.sglang import loading
+
+    path = loading.sglang_root() / "kernels" / "ops" / "speculative" / "spec_tree.py"
+    name = "sgl_build_tree_kernel_efficient_triton"
+    module = types.ModuleType("spec_tree_source")
+    module.__dict__.update(loading.from_source(path, (name,), {"triton": triton, "tl": tl}))
+    kernel = adapter.interpreted_namespace(module)[name]
+    seq = torch.as_tensor(seq_lens, dtype=torch.int64)
+    bs, nodes = int(seq.shape[0]), 1 + TOPK * depth_steps
+    parents = torch.tensor([[-1] + [TOPK * (d - 1) for d in range(1, depth_steps)]] * bs)
+    selected = torch.arange(nodes - 1).repeat(bs, 1)
+    mask = torch.zeros(int(seq.sum()) * nodes + nodes * nodes * bs, dtype=torch.bool)
+    positions = torch.empty(bs * nodes, dtype=torch.int64)
+    index, next_token, next_sibling = torch.full((3, bs, nodes), -1, dtype=torch.int64)
+    kernel[(bs,)](
+        parents, selected, seq, torch.cumsum(seq, 0) - seq, mask, positions, index, next_token,
+        next_sibling, topk=TOPK, depth=depth_steps, draft_token_num=nodes, tree_mask_mode=0,
+        batch_size=bs, parent_list_stride=parents.stride(0),
+        selected_index_stride=selected.stride(0),
+    )  # fmt: skip
+    return positions.view(bs, nodes).numpy(), next_token.numpy(), next_sibling.numpy()
 
 
 def verify(engine: Engine, made, records: bool = False) -> list:

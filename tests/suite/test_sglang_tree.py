@@ -172,3 +172,23 @@ def test_a_tree_draft_step_that_runs_through_is_caught(monkeypatch):
     row = _tree_row()
     outcome = matrix._outcome.__wrapped__(row.page_size, row.window, True, matrix.DRAFT_TREE, 0)
     assert "does not model a tree's draft decode" in outcome, outcome
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+def test_sglang_s_tree_kernel_builds_the_leg_s_tree_with_each_node_at_its_depth(steps):
+    """SGLang's tree kernel (its Triton build, run) on the leg's tree: node ``j`` at
+    ``seq_len + depth(j)``, the path's nodes ``2 d - 1`` linked from the root one after the
+    other, each with its sibling ``2 d``. Able to fail: a chain's positions (node ``j`` at
+    depth ``j``) are not the kernel's."""
+    seq = np.array([7, 11, 2])
+    positions, next_token, next_sibling = tree.sglang_tree(seq, steps)
+    nodes = 1 + tree.TOPK * steps
+    depths = np.array([tree.depth(j) for j in range(nodes)])
+    assert (positions == seq[:, None] + depths).all(), positions
+    assert steps == 1 or not (positions == seq[:, None] + np.arange(nodes)).all()
+    path = [0]
+    while next_token[0, path[-1]] != -1:
+        path.append(int(next_token[0, path[-1]]))
+    assert path == [0, *range(1, nodes, 2)]
+    assert [int(next_sibling[0, j]) for j in range(1, nodes, 2)] == list(range(2, nodes, 2))
+    assert (next_token == next_token[:1]).all() and (next_sibling == next_sibling[:1]).all()
