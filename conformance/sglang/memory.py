@@ -31,6 +31,14 @@ tree core's part of each step, a stand-in here, is what ``_evict_device_leaf`` d
 the node's tokens counted, the node taken from its parent, the parent an evictable leaf when it
 has no child left and no lock.
 
+The prefix cache's match (:meth:`engine_model.Engine.tree_match`) is held to the unified tree
+core's read-only match of the full pool (:func:`match_departures`):
+``UnifiedTreeCore.match_full_device_prefix`` with ``RadixKey`` (``mem_cache/radix_cache.py``;
+under EAGLE's offset its bigram keys), run from source over the engine's cached paths as SGLang's
+tree holds them (:func:`sglang_match`: a node a radix node of the engine, keyed by its tokens,
+its value its slots), which also shows the cache holds no prefix's tokens twice. The insert
+(its split, its rebind of a request's row to the cached pages) is the engine's own, not held.
+
 A target verify's allocation (:meth:`engine_model.forwards.Forwards.verify_alloc_to`) is held
 to SGLang's spec v2 sizing (:func:`reserve_departures`): ``get_alloc_len_per_decode``,
 ``get_alloc_reserve_per_decode`` and ``page_aligned_decode_alloc_lens``
@@ -72,9 +80,11 @@ __all__ = [
     "departures",
     "eviction_departures",
     "eviction_walk",
+    "match_departures",
     "page_allocator",
     "reserve_departures",
     "row_pool",
+    "sglang_match",
     "swa_free_departures",
 ]
 
@@ -358,6 +368,98 @@ def eviction_departures(config: EngineConfig, steps: int, seed: int) -> list[str
         else:
             getattr(engine, ("finish", "retract", "readmit")[what - 3])(a)
     return [] if multi else ["no eviction of two nodes or more was compared"]
+
+
+@functools.cache
+def _match_methods() -> tuple[type, object]:
+    """SGLang's ``RadixKey`` (``mem_cache/radix_cache.py``) and the unified tree core's
+    read-only match of the full pool, ``UnifiedTreeCore.match_full_device_prefix``
+    (``unified_cache/unified_tree_core.py``), from source."""
+    from array import array
+
+    root = _mem_cache()
+    # the annotations stay unevaluated: the names the code itself uses
+    scope: dict = {"array": array, "torch": torch, "BASE_COMPONENT_TYPE": FULL}
+    key = loading.from_source(root / "radix_cache.py", ("RadixKey",), scope)["RadixKey"]
+    match = loading.methods_from_source(
+        root / "unified_cache" / "unified_tree_core.py", "UnifiedTreeCore",
+        ("match_full_device_prefix",), scope,
+    )["match_full_device_prefix"]  # fmt: skip
+    return key, match
+
+
+def sglang_match(engine: Engine, tokens: list[int]) -> int:
+    """The positions of ``tokens`` (raw tokens; under EAGLE's offset, SGLang's bigram keys)
+    that SGLang's match finds in the engine's prefix cache, its cached paths built as SGLang's
+    tree holds them: a node a radix node of the engine (:meth:`Engine.nodes`), keyed by its
+    tokens, its value its slots, each child under its key's first page. A path whose tokens
+    another path holds in other pages (two nodes under one child key) raises
+    ``AssertionError``: SGLang's tree has one node there."""
+    from array import array
+
+    radix_key, match = _match_methods()
+    c = engine.config
+    eagle = c.offset == 1
+
+    def key_of(raw) -> object:
+        return radix_key(array("q", [int(t) for t in raw]), is_bigram=eagle)
+
+    root = types.SimpleNamespace(children={}, component_data={}, id=0)
+    for entry in engine.cache:
+        node, slots = root, engine.cached_full_slots(entry)
+        for first, end in engine.nodes(entry):
+            a, b = first * c.page_size, min(end * c.page_size, entry.length)
+            key = key_of(entry.tokens[a : b + c.offset])
+            child_key = key.child_key(c.page_size)
+            child = node.children.get(child_key)
+            value = torch.tensor(slots[a:b], dtype=torch.int64)
+            if child is None:
+                child = types.SimpleNamespace(
+                    key=key, children={}, id=len(entry.pages),
+                    component_data={FULL: types.SimpleNamespace(value=value)},
+                )  # fmt: skip
+                node.children[child_key] = child
+            held = child.component_data[FULL].value
+            assert child.key.token_ids == key.token_ids and torch.equal(held, value), (
+                f"two cached paths under one key: {child_key}"
+            )
+            node = child
+    core = types.SimpleNamespace(root_node=root, page_size=c.page_size, is_eagle=eagle)
+    matched, _, _ = match(core, key_of(tokens))
+    return int(matched)
+
+
+def match_departures(config: EngineConfig, steps: int, seed: int) -> list[str]:
+    """A random history of ``steps`` steps of the engine model (admissions sharing cached
+    prefixes, prefills, decodes, inserts, finishes, retractions and readmissions); after each
+    step, every running request's tokens (up to the last it computes, as a match leaves one)
+    matched against the prefix cache by the engine (:meth:`Engine.tree_match`) and by SGLang's
+    match over the same tree (:func:`sglang_match`): where they first differ (empty: nowhere),
+    and how many matches were compared that found a prefix."""
+    engine = Engine(dataclasses.replace(config, allocators="model"))
+    rng = np.random.default_rng(seed)
+    found = 0
+    c = config
+    for step in range(steps):
+        what, a, b = int(rng.integers(0, 7)), int(rng.integers(0, 10)), int(rng.integers(0, 4))
+        if what == 0:
+            engine.admit(a + 2, b)
+        elif what == 1:
+            engine.prefill(a + 1)
+        elif what == 2:
+            engine.decode()
+        elif what == 3:
+            engine.insert(a)
+        else:
+            getattr(engine, ("finish", "retract", "readmit")[what - 4])(a)
+        for req in engine.running.values():
+            limit = len(req.tokens) - c.offset - 1
+            _, mine = engine.tree_match(req, limit=limit)
+            theirs = sglang_match(engine, req.tokens[: limit + c.offset])
+            if mine != theirs:
+                return [f"step {step}: request {req.rid}: the engine {mine}, SGLang {theirs}"]
+            found += mine > 0
+    return [] if found else ["no match that found a prefix was compared"]
 
 
 def _sizing(page_size: int, drafts: int) -> dict:

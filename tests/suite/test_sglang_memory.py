@@ -169,6 +169,48 @@ def test_an_eviction_of_another_choice_is_caught(choice, monkeypatch):
     assert any(found), found
 
 
+@pytest.mark.parametrize("offset", [0, 1])  # EAGLE's draft model: SGLang's bigram keys
+@pytest.mark.parametrize("page_size", [1, 2, 4])
+def test_the_engine_matches_the_prefix_sglang_s_radix_tree_matches(page_size, offset):
+    """Every running request's tokens, after every step of a random history, match as long a
+    cached prefix in the engine as SGLang's unified tree core's match (``RadixKey`` and
+    ``match_full_device_prefix``, run from source) finds in the same tree, keyed by tokens."""
+    config = dataclasses.replace(_config(page_size), offset=offset)
+    for seed in range(3):
+        assert memory.match_departures(config, 120, seed) == []
+
+
+ORIGINAL_MATCH = Engine.tree_match
+OTHER_MATCHES = {
+    "a page short": lambda self, req, entry=None, limit=None: (
+        lambda best, m: (best, max(0, m - self.config.page_size))
+    )(*ORIGINAL_MATCH(self, req, entry, limit)),
+    "the first page only": lambda self, req, entry=None, limit=None: (
+        lambda best, m: (best, min(m, self.config.page_size))
+    )(*ORIGINAL_MATCH(self, req, entry, limit)),
+}
+
+
+@pytest.mark.parametrize("other", OTHER_MATCHES)
+def test_a_match_of_another_length_is_caught(other, monkeypatch):
+    """Able to fail: a match that stops short of SGLang's departs from it."""
+    monkeypatch.setattr(Engine, "tree_match", OTHER_MATCHES[other])
+    assert memory.match_departures(_config(2), 120, 0)
+
+
+def test_two_cached_paths_under_one_key_are_caught():
+    """Able to fail: a cache holding one prefix's tokens twice, in other pages, is no tree
+    SGLang's insert makes."""
+    engine = Engine(dataclasses.replace(_config(2), allocators="model"))
+    engine.admit(6)
+    engine.prefill(6)
+    assert engine.cache, "the prefill inserted nothing"
+    entry = engine.cache[0]
+    engine.cache.append(dataclasses.replace(entry, pages=tuple(p + 1 for p in entry.pages)))
+    with pytest.raises(AssertionError, match="two cached paths"):
+        memory.sglang_match(engine, list(entry.tokens))
+
+
 def test_a_target_verify_holds_pages_as_sglang_s_spec_v2_sizes_them():
     """The positions a target verify's row holds pages for are SGLang's spec v2 sizing's (run
     from source): the committed length plus twice the draft allocation, rounded to a page."""
