@@ -67,11 +67,15 @@ What stands in for the rest of SGLang, each in ``loading.manager_modules``:
   SGLang's own says for a CPU device), and ``utils.common.flatten_arrays_to_int64_tensor`` with
   the function it calls, executed from SGLang's own source in ``utils/common.py`` (whose module
   imports the serving stack);
-- ``sglang.srt.runtime_context`` (``get_observability``, read only by
-  ``CanaryConfig.from_env``, which the leg does not call: it builds ``CanaryConfig`` itself);
+- ``sglang.srt.runtime_context`` (``get_observability``): the leg's ``CanaryConfig`` is made by
+  SGLang's own ``CanaryConfig.from_env`` from the options a server of the engine runs with
+  (``loading.canary_config``: ``--kv-canary log``, the engine's real-KV mode, a sweep every
+  step, and every environment variable ``from_env`` reads set), the options given where the
+  release reads them (``get_observability()`` from 0.5.20, the server args before);
 - pinned host memory: this CPU build of torch has no pinned allocator, so while SGLang's code
   runs, ``pin_memory=True`` asks for ordinary host memory, and the stream, event and capture
-  calls of ``torch.cuda`` that older releases make are ``torch.cpu``'s (``cpu_only``);
+  calls of ``torch.cuda`` that older releases make are ``torch.cpu``'s (``cpu_only``: exactly
+  the calls the runtime's source makes, read by ``loading.torch_device_calls``);
 - ``ForwardBatch``: ``ManagerBatchStandIn``, the fields of ``ForwardBatchStandIn`` and those
   the manager reads besides (``batch_size``, ``out_cache_loc``, ``req_all_ids_flat``); a
   replayed graph's batch outside the graph holds its live rows only;

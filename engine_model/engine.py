@@ -256,8 +256,9 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
         past what it wrote, one count for the batch (SGLang's ``num_tokens_per_req``); the
         plan's prefix is ``seq_lens - extend``, ``seq_lens`` counting the new positions
         (``plan_input.py``), and the write's expected inputs are the token oracle's
-        (:data:`ORACLE_MODES`), its input assert on (the model's choice: SGLang's switch, in
-        ``single_forward_manager/manager.py``, is not run). A request without room for the tokens takes
+        (:data:`ORACLE_MODES`), its input assert on (the model's choice; SGLang's switch, in
+        ``single_forward_manager/manager.py``, keeps it on there too: the per-forward leg runs
+        it). A request without room for the tokens takes
         no part (None: no request has room). Replaying a CUDA graph (``graph``: EAGLE's draft
         extend graph runner, ``eagle_draft_extend_cuda_graph_runner.py``), ``pad`` padding rows
         at its tail write ``tokens`` each, as the runner pads every row to its captured width."""

@@ -5,7 +5,8 @@ leaf nodes evicted on demand, just before an allocation that finds the allocator
 The cached prefixes (:class:`engine_model.state.CacheEntry`) are the paths of a radix tree; a
 page of the cache belongs to one node of it. Per page the engine keeps whether a node starts
 there (``node_head``) and the node's last access time (``node_time``), which every page of the
-node shares. The times follow SGLang's ``mem_cache/unified_cache/unified_tree_core.py`` (read):
+node shares. The times follow SGLang's ``mem_cache/unified_cache/unified_tree_core.py`` (read;
+the order they give is held to SGLang's walk, run, by the SGLang legs' memory self-tests):
 
 - an insert touches every node its key walks, root first, each with a fresh time
   (``_touch_node``); a key that ends or leaves the tree inside a node splits it there, the upper

@@ -145,7 +145,8 @@ def hicache(path: Path | None = None) -> MovePath | None:
 def eagle_tree(path: Path | None = None) -> MovePath | None:
     """An EAGLE tree's accepted drafts moved to the front of their request's block: EAGLE's
     ``_finalize_accept_tree_path`` (``speculative/eagle_worker_common.py``, for ``topk`` > 1;
-    read, not run) calls ``move_accept_tokens_to_target_kvcache``, which calls the pool's
+    read) calls ``move_accept_tokens_to_target_kvcache`` (run by the tree row's verifies,
+    :func:`conformance.sglang.tree.as_tree`, to choose the moves), which calls the pool's
     ``move_kv_cache`` (None: a release whose ``MHATokenToKVPool`` has no ``move_kv_cache``).
     ``move_kv_cache`` and ``_move_kv_cache_impl`` run from source with the native move
     (``move_kv_cache_native``, also run; ``SGLANG_NATIVE_MOVE_KV_CACHE``); the default move

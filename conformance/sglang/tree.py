@@ -11,8 +11,10 @@ each at the position of its depth, ``seq_len + depth`` ("if depth of each draft 
 The canary's ``PlanInput`` plans the verify's writes from ``seq_lens`` and the draft count and
 the write takes the batch's ``positions`` (``kv_canary/plan_input.py``, run by the leg). After
 the verify, ``_finalize_accept_tree_path`` (read) moves the accepted path's KV to the slots of
-depths ``1 .. accepted`` through the pool's ``move_kv_cache``, which moves the K and V buffers
-alone: the records stay (:mod:`conformance.sglang.kv_paths`, run, [23]).
+depths ``1 .. accepted`` with ``move_accept_tokens_to_target_kvcache``, which :func:`as_tree`
+runs (:func:`_accept_mover`: its launchers' Triton kernels interpreted) to choose the moves, and
+the pool's ``move_kv_cache`` moves the K and V buffers alone: the records stay
+(:mod:`conformance.sglang.kv_paths`, run, [23]).
 
 The tree here (:func:`depth`, a named choice: SGLang's shape follows the draft model's scores)
 has two nodes at every depth past the root, ``topk`` 2: the node on the path the target accepts
@@ -26,6 +28,7 @@ at the depths it accepted, those the tree holds.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import types
 
@@ -58,8 +61,9 @@ def as_tree(engine: Engine, forward: Forward, records: bool = False) -> list:
     ids, positions = write["input_ids"].copy(), write["positions"].copy()
     slots = forward.groups[0].out_cache_loc
     owners = {r.row: r for r in engine.running.values()}
-    sources, targets = [], []
-    for b, row in enumerate(plan["req_pool_indices"].tolist()):
+    rows = plan["req_pool_indices"].tolist()
+    accept = np.full((len(rows), 1 + depth(len(slots) // max(len(rows), 1) - 1)), -1)
+    for b, row in enumerate(rows):
         at = np.flatnonzero(forward.token_rows == b)
         if row == 0 or row not in owners or not len(at):  # a padding row keeps its tokens
             continue
@@ -68,9 +72,11 @@ def as_tree(engine: Engine, forward: Forward, records: bool = False) -> list:
             positions[at[j]] = prefix + depth(j)
             ids[at[j]] = chain[depth(j)] ^ (0 if j % 2 else _SIBLING)
         accepted = min(owners[row].written - prefix - 1, depth(len(at) - 1))
-        for d in range(2, accepted + 1):  # the path's node 2d - 1 to the slot of depth d
-            sources.append(int(slots[at[2 * d - 1]]))
-            targets.append(int(slots[at[d]]))
+        path = [0, *range(1, 2 * accepted, 2)]  # the path's nodes of depths 0 .. accepted
+        accept[b, : len(path)] = at[path]
+    # SGLang's own move (run): the path's node of depth d to the window's slot d
+    moved = [(s, t) for s, t in _accept_mover()(forward, accept) if s != t]
+    sources, targets = [s for s, _ in moved], [t for _, t in moved]
     made = {"input_ids": ids, "positions": positions}
     # the input assert's expected inputs, where they are the inputs themselves (a target
     # verify's, [18]), follow the tree's inputs
@@ -127,6 +133,66 @@ def sglang_tree(seq_lens, depth_steps: int) -> tuple:
         selected_index_stride=selected.stride(0),
     )  # fmt: skip
     return positions.view(bs, nodes).numpy(), next_token.numpy(), next_sibling.numpy()
+
+
+@functools.cache
+def _accept_mover():
+    """SGLang's ``move_accept_tokens_to_target_kvcache`` (``speculative/spec_utils.py``) with
+    the launchers and Triton kernels it calls (of ``kernels/ops/speculative/cache_locs.py`` and
+    ``eagle.py``: ``fill_front_out_cache_loc_func`` and ``fill_accept_out_cache_loc_func`` on
+    0.5.23, ``assign_extend_cache_locs`` and ``fill_accept_out_cache_loc`` before), executed
+    from the installed release's source and interpreted (the kernels, not their CPU builds:
+    ``_is_cpu`` False); its out-of-bounds probe (a debug check) does nothing."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    from conformance.adapters import sglang as adapter
+    from conformance.sglang import loading
+
+    ops = loading.sglang_root() / "kernels" / "ops" / "speculative"
+    name = "sglang_accept_move"
+    scope: dict = {
+        "__name__": name, "torch": torch, "triton": triton, "tl": tl, "_is_cpu": False,
+        "next_power_of_2": triton.next_power_of_2, "maybe_detect_oob": lambda *a, **k: None,
+    }  # fmt: skip
+    for file, names in (
+        ("cache_locs.py", ("fill_front_out_cache_loc_func", "assign_extend_cache_locs")),
+        ("eagle.py", ("fill_accept_out_cache_loc_func", "fill_accept_out_cache_loc")),
+    ):
+        text = (ops / file).read_text()
+        there = tuple(n for n in names if f"def {n}(" in text)
+        loading.from_source(ops / file, there, scope)
+    spec_utils = loading.sglang_root() / "srt" / "speculative" / "spec_utils.py"
+    loading.from_source(spec_utils, ("move_accept_tokens_to_target_kvcache",), scope)
+    module = types.ModuleType(name)
+    module.__dict__.update(scope)
+    move = adapter.interpreted_namespace(module)["move_accept_tokens_to_target_kvcache"]
+
+    def moves(forward: Forward, accept_index) -> list[tuple[int, int]]:
+        """The ``(source, target)`` slots SGLang's move hands the pool's ``move_kv_cache``
+        after the tree verify ``forward`` (its ``out_cache_loc``: its rows' windows, one after
+        the other; its plan's rows, prefixes and page table), for ``accept_index``
+        (``[rows, depths]``: each row's accepted nodes, global indices, -1 past them)."""
+        moved: list = []
+        pool = types.SimpleNamespace(move_kv_cache=lambda tgt, src: moved.extend(
+            zip(src.tolist(), tgt.tolist(), strict=True)))  # fmt: skip
+        allocator = types.SimpleNamespace(get_kvcache=lambda: pool)
+        accept = torch.as_tensor(accept_index, dtype=torch.int64)
+        plan = forward.plan
+        batch = types.SimpleNamespace(
+            seq_lens=torch.as_tensor(plan["prefix_lens"], dtype=torch.int64),
+            req_pool_indices=torch.as_tensor(plan["req_pool_indices"], dtype=torch.int64),
+            req_to_token_pool=types.SimpleNamespace(
+                req_to_token=torch.as_tensor(plan["req_to_token"], dtype=torch.int64)
+            ),
+            out_cache_loc=torch.as_tensor(forward.groups[0].out_cache_loc, dtype=torch.int64),
+        )
+        with adapter._interpreted_language():
+            move(batch, accept, (accept != -1).sum(1) - 1, allocator)
+        return moved
+
+    return moves
 
 
 def verify(engine: Engine, made, records: bool = False) -> list:
