@@ -150,7 +150,9 @@ class EngineMachine(stateful.RuleBasedStateMachine):
         if self.engine.config.offset:
             for forward in self.engine.draft_decode(3, pad if graph else 0, graph=graph):
                 self._run(forward)
-            self._run(self.engine.draft_extend(1 + pad % 3, pad if graph else 0, graph=graph))
+            self._run(self.engine.draft_extend(
+                2 + pad % 2, pad if graph else 0, graph=graph, accept=self.engine.steps
+            ))  # fmt: skip
         else:
             self._run(self.engine.decode(pad, graph=graph, overflow=overflow))
 
@@ -289,6 +291,7 @@ REQUIRED_SITUATIONS = (
     "a readmitted request matched a cached prefix",
     "an insert rebound a row to the cache's pages",
     "drafts rejected, their pages kept for the next verify",
+    "a draft extend that wrote rejected drafts' positions",
     *(situation(step) for step in REQUIRED_FORWARDS),
     situation(StepLabel(TARGET_VERIFY, graph=True)),
     situation(StepLabel(DRAFT_EXTEND_V2, graph=True)),

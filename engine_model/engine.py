@@ -249,11 +249,20 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
             self.last_written = []
         return forwards
 
-    def draft_extend(self, tokens: int, pad: int = 0, graph: bool = False) -> Forward | None:
+    def draft_extend(
+        self, tokens: int, pad: int = 0, graph: bool = False, accept: int | None = None
+    ) -> Forward | None:
         """The draft model's draft extend after a target verify (``DRAFT_EXTEND_V2``; its canary
-        has the EAGLE offset 1): every decoding request has had ``tokens - 1`` more tokens
-        accepted by the target model, and writes the draft model's KV of all ``tokens`` positions
-        past what it wrote, one count for the batch (SGLang's ``num_tokens_per_req``); the
+        has the EAGLE offset 1): every decoding request writes the draft model's KV of all
+        ``tokens`` positions past what it wrote, the verify's window (SGLang's
+        ``prepare_for_draft_extend``: ``num_draft_tokens`` a row, rejected drafts included),
+        one count for the batch (SGLang's ``num_tokens_per_req``), and commits the first
+        ``kept`` of them, the target's accepted tokens (``accept``: ``kept`` is ``1 + (accept +
+        i) % tokens`` for the ``i``-th row; None: all): the rejected positions' records stay in
+        the request's slots, past its committed length, until a later write there replaces
+        them, and their expected inputs are the inputs themselves (in the token oracle's world,
+        where the assert can be on, the target's prediction at a position is the oracle's
+        token); the
         plan's prefix is ``seq_lens - extend``, ``seq_lens`` counting the new positions
         (``plan_input.py``), and the write's expected inputs are the token oracle's
         (:data:`ORACLE_MODES`), its input assert on (the model's choice; SGLang's switch, in
@@ -276,13 +285,23 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
         ]
         if not rows:
             return None
-        for req, _ in rows:  # the target's accepted tokens, known before the draft extend
+        self._extending = {}
+        for i, (req, _) in enumerate(rows):  # the target's accepted tokens, known before it
+            kept = tokens if accept is None else 1 + (accept + i) % tokens
             more = self._fresh(tokens - 1)
-            req.tokens += more
-            req.truth += more
-        forward = self._forward(
-            "draft_extend", rows, pad=pad, forward_mode=DRAFT_EXTEND_V2, graph=graph
-        )
+            written = req.tokens[req.written + c.offset :] + more  # one a position written
+            req.tokens += more[: kept - 1]
+            req.truth += more[: kept - 1]
+            self._extending[req.rid] = (written[:tokens], kept)
+        rejects = any(kept < tokens for _, kept in self._extending.values())
+        try:
+            forward = self._forward(
+                "draft_extend", rows, pad=pad, forward_mode=DRAFT_EXTEND_V2, graph=graph
+            )
+        finally:
+            self._extending = {}
+        if forward is not None and rejects:
+            self.events["a draft extend that wrote rejected drafts' positions"] += 1
         for req, _ in rows:  # a row that waited (no pages): its tokens are a prompt's now
             if self.pending(req) > 1:
                 req.decoding = False

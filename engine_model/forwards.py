@@ -268,18 +268,25 @@ class Forwards(Allocators):
         ids, positions, slots, expected = [], [], [], []
         for req, e in batch:
             drafted = self._drafting.get(req.rid)
+            extending = self._extending.get(req.rid)
             for i, pos in enumerate(range(req.written, req.written + e)):
                 full = self.full_slot(req, pos)
                 self.req_to_token[req.row, pos] = full
                 if req.rid in self._draft:
                     token = self._draft[req.rid]
+                elif extending is not None:
+                    token = extending[0][i]
                 else:
                     token = drafted[0][i] if drafted else req.tokens[pos + c.offset]
                 ids.append(token)
+                # a draft extend's rejected position: the target's prediction there is, in
+                # the token oracle's world where the assert can be on, the oracle's own token
+                rejected = extending is not None and i >= extending[1]
                 oracle = (
                     forward_mode in ORACLE_MODES
                     and req.rid not in self._draft
                     and not self._draft_model_decode(forward_mode)
+                    and not rejected
                 )
                 expected.append(req.truth[pos + c.offset] if oracle else token)
                 positions.append(pos)
@@ -386,6 +393,8 @@ class Forwards(Allocators):
             drafted = self._drafting.get(req.rid)
             if drafted is not None:
                 e = self._accept(req, *drafted)
+            if req.rid in self._extending:  # the rejected positions' records stay, uncommitted
+                e = self._extending[req.rid][1]
             self.last_written += [(req.rid, pos) for pos in range(req.written, req.written + e)]
             req.written += e
             if drafted is not None:

@@ -114,6 +114,7 @@ class EngineState:
         self._drafting: dict[int, tuple[list, list, int]] = {}  # a target verify's drafts
         self._reserve = 0  # a target verify's positions to allocate past the committed ones
         self._draft: dict[int, int] = {}  # a draft decode's token per request
+        self._extending: dict[int, tuple[list, int]] = {}  # a draft extend's tokens, kept
         self._overflow = False  # whether this step's verify plans overflow
         self._captured: set[tuple[int, int]] = set()  # graphs replayed: batch size, tokens a row
         #: per pool row, ``(request, tokens it knew)`` of its last owner when it left the row

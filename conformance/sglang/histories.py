@@ -357,9 +357,9 @@ def _forward(
             on_sweep(engine, sweep)
         keep(sweep)
     elif op == "draftext" and pick >= 4 and graphs:  # the draft extend graph runner's replay
-        keep(engine.draft_extend(GRAPH_DRAFT_TOKENS, pad, graph=True))
+        keep(engine.draft_extend(GRAPH_DRAFT_TOKENS, pad, graph=True, accept=pick))
     elif op == "draftext":
-        keep(engine.draft_extend(1 + pick % 3))
+        keep(engine.draft_extend(1 + pick % 3, accept=pick))
     elif scheduling.fallback == "verify":  # EAGLE's target model decodes by its verifies
         keep(engine.prefill(whole) or engine.target_verify(2 + pick % 3, pick))
     elif scheduling.fallback == "prefill":  # a PD prefill engine decodes nothing

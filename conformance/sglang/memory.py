@@ -78,6 +78,7 @@ __all__ = [
     "SGLangRows",
     "allocators",
     "departures",
+    "draft_extend_layout",
     "eviction_departures",
     "eviction_walk",
     "match_departures",
@@ -460,6 +461,55 @@ def match_departures(config: EngineConfig, steps: int, seed: int) -> list[str]:
                 return [f"step {step}: request {req.rid}: the engine {mine}, SGLang {theirs}"]
             found += mine > 0
     return [] if found else ["no match that found a prefix was compared"]
+
+
+def draft_extend_layout(seq_lens: list[int], num_draft_tokens: int) -> types.SimpleNamespace:
+    """The draft extend SGLang's spec v2 lays out after a target verify of
+    ``num_draft_tokens`` a request whose committed lengths were ``seq_lens``:
+    ``prepare_for_draft_extend`` (``speculative/eagle_worker_common.py``) run from source on
+    the host path (``seq_lens_cpu`` given, no window widening), its ``ForwardBatch.init_new``
+    a stand-in that keeps what the batch was given; the forward batch's ``prefix_lens``,
+    ``extend_lens``, ``seq_lens`` and ``forward_mode`` name."""
+    path = loading.sglang_root() / "srt" / "speculative" / "eagle_worker_common.py"
+    forward_mode = loading.runtime().ForwardMode
+
+    def init_new(batch, runner, **_):
+        return types.SimpleNamespace(
+            seq_lens=batch.seq_lens.clone(), seq_lens_cpu=batch.seq_lens_cpu.clone(),
+            prefix_lens=batch.prefix_lens, extend_lens=batch.extend_lens,
+            forward_mode=batch.forward_mode, mark_forward_metadata_ready=lambda: None,
+        )  # fmt: skip
+
+    scope: dict = {
+        "torch": torch, "maybe_detect_oob": lambda *a, **k: None, "is_npu": lambda: False,
+        "ForwardMode": forward_mode, "ForwardBatch": types.SimpleNamespace(init_new=init_new),
+        "CaptureHiddenMode": types.SimpleNamespace(NULL="NULL", FULL="FULL"),
+    }  # fmt: skip
+    prepare = loading.from_source(path, ("prepare_for_draft_extend",), scope)[
+        "prepare_for_draft_extend"
+    ]
+    bs = len(seq_lens)
+    lens = torch.tensor(seq_lens, dtype=torch.int64)
+    batch = types.SimpleNamespace(
+        seq_lens=lens, seq_lens_cpu=lens.clone(), forward_mode=forward_mode.DECODE,
+        model_config=types.SimpleNamespace(vocab_size=1 << 20), multimodal_inputs=[None] * bs,
+    )  # fmt: skip
+    runner = types.SimpleNamespace(  # its attention backend's metadata: not the canary's
+        spec_algorithm=types.SimpleNamespace(is_standalone=lambda: False),
+        model_config=types.SimpleNamespace(model_is_mrope=False),
+        attn_backend=types.SimpleNamespace(init_forward_metadata=lambda batch: None),
+    )
+    made = prepare(
+        types.SimpleNamespace(num_front_tokens=0, positions=None, hidden_states=None),
+        batch, torch.ones(bs * num_draft_tokens, dtype=torch.int64), num_draft_tokens, runner,
+        None, return_hidden_states_before_norm=False,
+    )  # fmt: skip
+    return types.SimpleNamespace(
+        prefix_lens=[int(x) for x in made.prefix_lens],
+        extend_lens=[int(x) for x in made.extend_lens],
+        seq_lens=made.seq_lens.tolist(),
+        forward_mode=made.forward_mode.name,
+    )
 
 
 def _sizing(page_size: int, drafts: int) -> dict:

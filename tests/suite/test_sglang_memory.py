@@ -47,14 +47,14 @@ def test_an_allocator_in_another_order_is_caught(page_size, order, monkeypatch):
     assert any(found), found
 
 
-def _both(index: int) -> tuple[Engine, Engine]:
-    """History ``index`` of the SGLang legs run on an engine whose free lists are SGLang's
-    (the legs' own) and on one whose lists are the model's."""
+def _both(index: int, steps: int = histories.STEPS) -> tuple[Engine, Engine]:
+    """History ``index`` of the SGLang legs (``steps`` long) run on an engine whose free lists
+    are SGLang's (the legs' own) and on one whose lists are the model's."""
     config = histories.engine_config(index)
     assert config.allocators == "sglang", memory.allocators()
     engines = Engine(config), Engine(dataclasses.replace(config, allocators="model"))
     for engine in engines:
-        histories.history(index, engine=engine)
+        histories.history(index, steps, engine=engine)
     return engines
 
 
@@ -114,12 +114,13 @@ def _reversed_walk(engine, tokens):
 def test_a_walk_that_chooses_otherwise_changes_the_histories(walk, monkeypatch):
     """Able to fail: with a walk of another choice (SGLang's nodes in reverse order, or none)
     some history evicts otherwise than on the model's walk, or the engine refuses a node that
-    is no evictable leaf."""
+    is no evictable leaf. The histories run twice as long as the legs' (an eviction of two
+    nodes or more, which only the order tells apart, comes later)."""
     monkeypatch.setitem(free_lists.EVICTIONS, "sglang", walk)
     differ = []
     for index in INDICES:
         try:
-            theirs, mine = _both(index)
+            theirs, mine = _both(index, 2 * histories.STEPS)
         except AssertionError as refused:
             differ.append("no evictable leaf" in str(refused))
             continue
@@ -209,6 +210,33 @@ def test_two_cached_paths_under_one_key_are_caught():
     engine.cache.append(dataclasses.replace(entry, pages=tuple(p + 1 for p in entry.pages)))
     with pytest.raises(AssertionError, match="two cached paths"):
         memory.sglang_match(engine, list(entry.tokens))
+
+
+def test_a_draft_extend_writes_the_verify_s_window_as_sglang_lays_it_out():
+    """The draft model's draft extend writes, for each request, the verify's whole window from
+    its committed length, rejected drafts included, as SGLang's ``prepare_for_draft_extend``
+    (run from source) lays it out: the same prefix, extend and sequence lengths; the request
+    commits only the accepted positions. Able to fail: a draft extend of the accepted
+    positions alone is not SGLang's layout."""
+    engine = Engine(dataclasses.replace(_config(2), offset=1, allocators="model"))
+    for _ in range(3):
+        engine.admit(4)
+    engine.prefill(12)
+    engine.decode()
+    before = {r.row: r.written for r in engine.running.values()}
+    forward = engine.draft_extend(3, accept=0)
+    assert forward is not None
+    rows = forward.plan["req_pool_indices"]
+    live = rows != 0
+    prefix = forward.plan["prefix_lens"][live].tolist()
+    extend = forward.plan["extend_seq_lens"][live].tolist()
+    theirs = memory.draft_extend_layout(prefix, 3)
+    assert theirs.forward_mode == forward.mode == "DRAFT_EXTEND_V2"
+    assert (prefix, extend) == (theirs.prefix_lens, theirs.extend_lens)
+    assert [p + e for p, e in zip(prefix, extend, strict=True)] == theirs.seq_lens
+    committed = {r.row: r.written - before[r.row] for r in engine.running.values()}
+    assert set(committed.values()) == {1, 2, 3}, committed  # some rows rejected drafts
+    assert theirs.extend_lens != [committed[int(r)] for r in rows[live]]
 
 
 def test_a_target_verify_holds_pages_as_sglang_s_spec_v2_sizes_them():
