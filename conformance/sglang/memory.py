@@ -342,6 +342,25 @@ def eviction_walk(engine: Engine, tokens: int) -> list[tuple[int, ...]]:
     return order
 
 
+#: The steps of the random histories the departures checks make.
+_STEPS = ("admit", "prefill", "decode", "finish", "retract", "readmit")
+
+
+def _random_step(engine: Engine, rng: np.random.Generator, ops: tuple = _STEPS) -> None:
+    """One step of ``ops`` drawn by ``rng``: an admission (sharing a cached prefix or not), a
+    prefill chunk, a decode, or an event picking a request."""
+    what, a, b = int(rng.integers(0, len(ops))), int(rng.integers(0, 10)), int(rng.integers(0, 4))
+    op = ops[what]
+    if op == "admit":
+        engine.admit(a + 2, b)
+    elif op == "prefill":
+        engine.prefill(a + 1)
+    elif op == "decode":
+        engine.decode()
+    else:
+        getattr(engine, op)(a)
+
+
 def eviction_departures(config: EngineConfig, steps: int, seed: int) -> list[str]:
     """A random history of ``steps`` steps of the engine model (admissions sharing cached
     prefixes, prefills, decodes, finishes, retractions and readmissions); before each step, an
@@ -359,15 +378,7 @@ def eviction_departures(config: EngineConfig, steps: int, seed: int) -> list[str
             if mine != theirs:
                 return [f"step {step}: evict {tokens}: the engine {mine}, SGLang {theirs}"]
             multi += len(mine) > 1
-        what, a, b = int(rng.integers(0, 6)), int(rng.integers(0, 10)), int(rng.integers(0, 4))
-        if what == 0:
-            engine.admit(a + 2, b)
-        elif what == 1:
-            engine.prefill(a + 1)
-        elif what == 2:
-            engine.decode()
-        else:
-            getattr(engine, ("finish", "retract", "readmit")[what - 3])(a)
+        _random_step(engine, rng)
     return [] if multi else ["no eviction of two nodes or more was compared"]
 
 
@@ -442,17 +453,7 @@ def match_departures(config: EngineConfig, steps: int, seed: int) -> list[str]:
     found = 0
     c = config
     for step in range(steps):
-        what, a, b = int(rng.integers(0, 7)), int(rng.integers(0, 10)), int(rng.integers(0, 4))
-        if what == 0:
-            engine.admit(a + 2, b)
-        elif what == 1:
-            engine.prefill(a + 1)
-        elif what == 2:
-            engine.decode()
-        elif what == 3:
-            engine.insert(a)
-        else:
-            getattr(engine, ("finish", "retract", "readmit")[what - 4])(a)
+        _random_step(engine, rng, _STEPS[:3] + ("insert",) + _STEPS[3:])
         for req in engine.running.values():
             limit = len(req.tokens) - c.offset - 1
             _, mine = engine.tree_match(req, limit=limit)
