@@ -212,8 +212,10 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
         past the last of every decoding request (the first with the token sampled, the rest
         with draft tokens), the write's input assert off, the snapshot's valid length the
         tokens known before drafting, so a later step's verify of an earlier draft past the
-        snapshot expects no token; then the drafts are given up (the target decides), their
-        pages freed and the requests back where they were. Replaying a CUDA graph (``graph``:
+        snapshot expects no token; then the drafts are given up (the target decides) and the
+        requests are back where they were, their drafts' pages still theirs (SGLang's spec v2
+        frees nothing before the request is released; its ``prepare_for_draft``, read, takes
+        the drafts' slots from the request's row past ``seq_lens``). Replaying a CUDA graph (``graph``:
         EAGLE's draft decode graph runner, ``eagle_draft_cuda_graph_runner.py``), each step has
         ``pad`` padding rows at its tail, one token each."""
         c = self.config
@@ -243,9 +245,8 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
                 forwards.append(forward)
         finally:
             self._draft = {}
-            for r in rows:
+            for r in rows:  # the drafts' pages stay the request's (SGLang's spec v2)
                 r.written = saved[r.rid]
-                self._free_past(r, r.written)
             self.last_written = []
         return forwards
 

@@ -484,7 +484,7 @@ def draft_extend_layout(seq_lens: list[int], num_draft_tokens: int) -> types.Sim
     scope: dict = {
         "torch": torch, "maybe_detect_oob": lambda *a, **k: None, "is_npu": lambda: False,
         "ForwardMode": forward_mode, "ForwardBatch": types.SimpleNamespace(init_new=init_new),
-        "CaptureHiddenMode": types.SimpleNamespace(NULL="NULL", FULL="FULL"),
+        "CaptureHiddenMode": types.SimpleNamespace(NULL=0, FULL=1),  # kept, not read
     }  # fmt: skip
     prepare = loading.from_source(path, ("prepare_for_draft_extend",), scope)[
         "prepare_for_draft_extend"
