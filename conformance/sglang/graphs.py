@@ -45,8 +45,10 @@ a DP-attention rank's idle batch where every rank can replay (``prepare_for_draf
 ``_draft_extend_for_decode`` then replay them, read): the draft decode graph for each draft
 step, then the draft extend graph (:meth:`engine_model.engine.Engine.draft_idle`). Where they
 do not admit it, EAGLE's worker runs the draft model's idle batch eagerly
-(``_draft_forward_idle``), which the leg does not model. In a run that replays no graph, such an idle step has no row in SGLang,
-which the leg does not lay out: neither side runs it (``ManagerRun.idle_not_laid_out``).
+(``_draft_forward_idle``, read). In a run that replays no graph, such an idle step has no row
+in SGLang, which the leg does not lay out: neither side runs it
+(``ManagerRun.idle_not_laid_out``); SGLang's canary, run on a batch of no row, changes no record,
+ring row or slot counter (``test_an_eager_idle_step_changes_nothing_in_sglang_s_canary``).
 
 Here, per manager (one per captured batch size, :meth:`ManagerRun.manager`):
 
