@@ -410,7 +410,9 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
 
     def retract(self, pick: int) -> int | None:
         """A running request that has written KV is preempted and waits with its tokens: as
-        SGLang's ``release_kv_cache(checkpoint=False)`` (``mem_cache/common.py``, read) it
+        SGLang's ``release_kv_cache(checkpoint=False)`` (``mem_cache/common.py``; the pages it
+        frees are those that function gives back, run from source by the SGLang legs' memory
+        self-tests) it
         caches nothing new; what its prefills inserted stays in the prefix cache, the rest of
         its KV (its decoded positions) is freed."""
         req = pick_from(self.retractable(), pick)

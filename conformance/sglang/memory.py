@@ -39,6 +39,15 @@ tree holds them (:func:`sglang_match`: a node a radix node of the engine, keyed 
 its value its slots), which also shows the cache holds no prefix's tokens twice. The insert
 (its split, its rebind of a request's row to the cached pages) is the engine's own, not held.
 
+A retraction (:meth:`engine_model.Engine.retract`) frees the pages of the positions SGLang's
+``release_kv_cache(checkpoint=False)`` (``mem_cache/common.py``, with
+``_release_overallocated_kv_indices``) gives back, run from source over a stand-in request and
+tree cache holding the request's lengths (:func:`release_departures`): what it owns past its
+cached prefix, and a speculative server's over-allocation past that. The draft model's draft
+extend has the layout of ``prepare_for_draft_extend`` (``speculative/eagle_worker_common.py``,
+run from source with ``ForwardBatch.init_new`` a stand-in that keeps what it is given:
+:func:`draft_extend_layout`): the verify's whole window from the committed length.
+
 A target verify's allocation (:meth:`engine_model.forwards.Forwards.verify_alloc_to`) is held
 to SGLang's spec v2 sizing (:func:`reserve_departures`): ``get_alloc_len_per_decode``,
 ``get_alloc_reserve_per_decode`` and ``page_aligned_decode_alloc_lens``
@@ -83,6 +92,8 @@ __all__ = [
     "eviction_walk",
     "match_departures",
     "page_allocator",
+    "release_departures",
+    "release_ranges",
     "reserve_departures",
     "row_pool",
     "sglang_match",
@@ -346,9 +357,9 @@ def eviction_walk(engine: Engine, tokens: int) -> list[tuple[int, ...]]:
 _STEPS = ("admit", "prefill", "decode", "finish", "retract", "readmit")
 
 
-def _random_step(engine: Engine, rng: np.random.Generator, ops: tuple = _STEPS) -> None:
+def _random_step(engine: Engine, rng: np.random.Generator, ops: tuple = _STEPS) -> str:
     """One step of ``ops`` drawn by ``rng``: an admission (sharing a cached prefix or not), a
-    prefill chunk, a decode, or an event picking a request."""
+    prefill chunk, a decode, a target verify, or an event picking a request; its name."""
     what, a, b = int(rng.integers(0, len(ops))), int(rng.integers(0, 10)), int(rng.integers(0, 4))
     op = ops[what]
     if op == "admit":
@@ -357,8 +368,11 @@ def _random_step(engine: Engine, rng: np.random.Generator, ops: tuple = _STEPS) 
         engine.prefill(a + 1)
     elif op == "decode":
         engine.decode()
+    elif op == "verify":  # EAGLE's target verify: spec v2 allocates past what it writes
+        engine.target_verify(2 + b % 2, a)
     else:
         getattr(engine, op)(a)
+    return str(op)
 
 
 def eviction_departures(config: EngineConfig, steps: int, seed: int) -> list[str]:
@@ -511,6 +525,92 @@ def draft_extend_layout(seq_lens: list[int], num_draft_tokens: int) -> types.Sim
         seq_lens=made.seq_lens.tolist(),
         forward_mode=made.forward_mode.name,
     )
+
+
+def release_ranges(engine: Engine, req: Request) -> list[tuple[int, int]]:
+    """The row positions SGLang's ``release_kv_cache(checkpoint=False)`` (a retraction's,
+    ``mem_cache/common.py``, with ``_release_overallocated_kv_indices``, run from source) gives
+    back to the allocator for ``req`` of the engine: its owned positions past its protected
+    prefix (what the prefix cache holds of its pages) and, page-aligned, the positions it was
+    allocated past them: a whole page past its last written one is a speculative server's
+    over-allocation (spec v2), else it was allocated what it wrote. The tree cache and the
+    request are stand-ins that hold those lengths and record the calls."""
+    from array import array
+
+    path = _mem_cache() / "common.py"
+    p = engine.config.page_size
+    eagle = len(req.pages) * p >= req.written + p  # a page past the written ones
+    spec = types.SimpleNamespace(speculative_algorithm="EAGLE" if eagle else None)
+    scope: dict = {
+        "get_spec": lambda: spec,
+        "get_serving": lambda: types.SimpleNamespace(strip_thinking_cache=False),
+        "ceil_align": lambda x, y: -(-x // y) * y,
+        "array": array,
+    }
+    release = loading.from_source(
+        path, ("release_kv_cache", "_release_overallocated_kv_indices"), scope
+    )["release_kv_cache"]
+
+    def common(pages: tuple) -> int:  # the leading pages a cached path shares with it
+        n = 0
+        while n < min(len(pages), len(req.pages)) and pages[n] == req.pages[n]:
+            n += 1
+        return n
+
+    protected = min(max((common(e.pages) for e in engine.cache), default=0) * p, req.written)
+    freed: list[tuple[int, int]] = []
+    kv = types.SimpleNamespace(
+        holds_kv=True, is_kv_released=False, cache_protected_len=protected,
+        kv_committed_len=req.written,
+        kv_allocated_len=len(req.pages) * p if eagle else req.written,
+        req_pool_idx=req.row, mark_kv_released=lambda: None,
+    )  # fmt: skip
+    request = types.SimpleNamespace(
+        kv=kv, rid=req.rid, lock=object(), skip_radix_cache_insert=False, finished_len=None,
+        origin_input_ids=list(req.tokens), owned_kv_len=lambda: req.written,
+    )  # fmt: skip
+    tree = types.SimpleNamespace(
+        supports_mamba=lambda: False, claim_kv_row=lambda r: False, unlock=lambda lock: None,
+        free_kv_row=lambda row, ranges: freed.extend(ranges),
+        token_to_kv_pool_allocator=types.SimpleNamespace(page_size=p),
+        on_release=lambda r, checkpointed: None,
+        req_to_token_pool=types.SimpleNamespace(free=lambda r: None),
+    )  # fmt: skip
+    release(request, tree, checkpoint=False)
+    return [(a, b) for a, b in freed if a < b]
+
+
+def release_departures(config: EngineConfig, steps: int, seed: int) -> list[str]:
+    """A random history of ``steps`` steps of the engine model (admissions sharing cached
+    prefixes, prefills, decodes, target verifies, inserts, finishes and readmissions), a third
+    of them retractions and one after every target verify: the pages each retraction frees in
+    the engine against the pages of
+    the positions SGLang's release gives back (:func:`release_ranges`): where they first
+    differ (empty: nowhere), or that no retraction freed a page the cache did not hold."""
+    engine = Engine(dataclasses.replace(config, allocators="model"))
+    rng = np.random.default_rng(seed)
+    p, compared = config.page_size, 0
+    for step in range(steps):
+        if int(rng.integers(0, 3)):  # a retraction follows a target verify at once, too
+            op = _random_step(engine, rng, (*_STEPS[:3], "verify", "insert", "finish", "readmit"))
+            if op != "verify":
+                continue
+        able = engine.retractable()
+        if not able:
+            continue
+        pick = int(rng.integers(0, 10))
+        req = able[pick % len(able)]
+        theirs = {
+            req.pages[pos // p] for a, b in release_ranges(engine, req) for pos in range(a, b)
+        }
+        before = set(engine.free_pages)
+        engine.retract(pick)
+        mine = set(engine.free_pages) - before
+        if mine != theirs:
+            return [f"step {step}: retract {req.rid}: the engine frees {sorted(mine)}, "
+                    f"SGLang {sorted(theirs)}"]  # fmt: skip
+        compared += bool(mine)
+    return [] if compared else ["no retraction that freed a page was compared"]
 
 
 def _sizing(page_size: int, drafts: int) -> dict:

@@ -239,6 +239,32 @@ def test_a_draft_extend_writes_the_verify_s_window_as_sglang_lays_it_out():
     assert theirs.extend_lens != [committed[int(r)] for r in rows[live]]
 
 
+@pytest.mark.parametrize("page_size", [1, 2, 4])
+def test_a_retraction_frees_the_pages_sglang_s_release_gives_back(page_size):
+    """A retraction frees the pages of the positions SGLang's ``release_kv_cache`` (run from
+    source, ``checkpoint=False``) gives back: what the request owns past its cached prefix,
+    and a speculative server's over-allocation past that; it caches nothing new."""
+    for seed in range(2):
+        assert memory.release_departures(_config(page_size), 150, seed) == []
+
+
+def _caching_retract(self, pick):
+    """The model's earlier retraction: what the request wrote is cached first."""
+    req = Engine.retractable(self)[pick % len(Engine.retractable(self))]
+    self.cache_prefix(req)
+    return ORIGINAL_RETRACT(self, pick)
+
+
+ORIGINAL_RETRACT = Engine.retract
+
+
+def test_a_retraction_that_caches_what_it_wrote_is_caught(monkeypatch):
+    """Able to fail: a retraction that caches the request's written prefix (SGLang caches
+    nothing new) frees fewer pages than SGLang's release."""
+    monkeypatch.setattr(Engine, "retract", _caching_retract)
+    assert any(memory.release_departures(_config(2), 150, seed) for seed in range(2))
+
+
 def test_a_target_verify_holds_pages_as_sglang_s_spec_v2_sizes_them():
     """The positions a target verify's row holds pages for are SGLang's spec v2 sizing's (run
     from source): the committed length plus twice the draft allocation, rounded to a page."""
