@@ -38,9 +38,10 @@ with rows of ``captured_req_width`` tokens, its ``spec_info`` an ``EagleDraftExt
 whose ``num_tokens_per_req`` is that width, inside the draft model's bracket too. An idle step
 replays the graph its runner captures (every row is padding, and no plan of an idle step has
 an entry): ``ForwardMode.is_cuda_graph``, run from source, sends an idle batch to the decode
-graph runner, which replays the graph of its ``capture_forward_mode`` (``replay_prepare``,
-read): ``DECODE`` without EAGLE, and under EAGLE the target's ``TARGET_VERIFY`` graph, its rows
-the draft count wide. The draft model's two runners' ``can_run_graph``, run from source, admit
+graph runner, which replays the graph of its ``capture_forward_mode`` (its ``__init__``'s
+choice, run from source by ``test_the_decode_runner_captures_the_mode_the_leg_replays_an_idle_step_through``):
+``DECODE`` without EAGLE, and under EAGLE the target's ``TARGET_VERIFY`` graph, its rows the
+draft count wide. The draft model's two runners' ``can_run_graph``, run from source, admit
 a DP-attention rank's idle batch where every rank can replay (``prepare_for_draft`` and
 ``_draft_extend_for_decode`` then replay them, read): the draft decode graph for each draft
 step, then the draft extend graph (:meth:`engine_model.engine.Engine.draft_idle`). Where they

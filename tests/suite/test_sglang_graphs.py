@@ -414,6 +414,48 @@ def test_sglang_s_runners_admit_an_idle_batch_to_their_graphs(file, cls):
     assert not can_run(runner, types_namespace(dict(idle, can_run_decode_cuda_graph=False)))
 
 
+def _capture_mode_of_sglang_s_decode_runner(speculative: bool) -> str:
+    """The mode SGLang's decode graph runner captures (and so replays every batch it takes,
+    an idle one included), run from its source: the statements of its ``__init__`` that set
+    ``capture_forward_mode``, over a model runner that is speculative (a target model's under
+    EAGLE) or not."""
+    cls = next(
+        n for n in ast.walk(_runner_tree())
+        if isinstance(n, ast.ClassDef) and n.name == "DecodeCudaGraphRunner"
+    )  # fmt: skip
+    init = next(f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
+    sets = [
+        statement for statement in init.body
+        if any(isinstance(n, ast.Attribute) and n.attr == "capture_forward_mode"
+               and isinstance(n.ctx, ast.Store) for n in ast.walk(statement))
+    ]  # fmt: skip
+    assert sets, "the runner's __init__ sets no capture_forward_mode"
+    spec = types_namespace(dict(is_speculative=lambda: speculative,
+                                supports_target_verify_for_draft=lambda: True))  # fmt: skip
+    scope = {
+        "ForwardMode": loading.runtime().ForwardMode,
+        "model_runner": types_namespace(dict(spec_algorithm=spec, is_draft_worker=False)),
+        "self": types_namespace(dict(is_dllm=False)),
+    }
+    scope["self"].model_runner = scope["model_runner"]
+    exec(
+        compile(ast.Module(body=sets, type_ignores=[]), "decode_cuda_graph_runner.py", "exec"),
+        scope,
+    )
+    return scope["self"].capture_forward_mode.name
+
+
+def test_the_decode_runner_captures_the_mode_the_leg_replays_an_idle_step_through():
+    """SGLang's decode graph runner captures ``DECODE``, or ``TARGET_VERIFY`` on a speculative
+    server (run from its source), and the leg replays an idle step through that graph: a
+    decode graph's idle rows one token wide, a target verify graph's the draft count."""
+    engine = Engine(manager_run.histories.engine_config(1))
+    assert _capture_mode_of_sglang_s_decode_runner(False) == DECODE
+    assert graphs.capture_mode(engine.idle(2)) == DECODE
+    assert _capture_mode_of_sglang_s_decode_runner(True) == TARGET_VERIFY
+    assert graphs.capture_mode(engine.idle(2, GRAPH_DRAFT_TOKENS)) == TARGET_VERIFY
+
+
 def _runner_tree() -> ast.AST:
     """The installed release's decode graph runner, parsed."""
     name, _ = _runner_call()
