@@ -501,8 +501,9 @@ DIVERGENCES: dict[int, Divergence] = {
         "request and raises `RuntimeError`",
         "core",
         "EAGLE's draft decode gives each request `topk` tokens a step: the `ForwardBatch`'s "
-        "positions are `seq_lens.repeat_interleave(topk)` (`prepare_for_draft`, or on older "
-        "releases the draft input's preparation, read), its `req_pool_indices` one a request, "
+        "positions are `seq_lens.repeat_interleave(topk)` (`prepare_for_draft`, run by the "
+        "suite's self-test on 0.5.23; on older releases the draft input's preparation, read), "
+        "its `req_pool_indices` one a request, "
         "its mode `DECODE`; the draft decode graph runner captures that shape "
         "(`positions[:bs * captured_req_width]`, the width `speculative_eagle_topk`). The "
         "draft model's canary runs in each step, and `PlanInput.fill_from_forward_batch` "

@@ -38,7 +38,7 @@ from engine_model import Engine, Forward, Move
 from engine_model.steps import MoveGroup
 from engine_model.vocabulary import FULL, TARGET_VERIFY
 
-__all__ = ["TOPK", "as_tree", "depth", "sglang_tree", "verify", "widen"]
+__all__ = ["TOPK", "as_tree", "depth", "sglang_draft_batch", "sglang_tree", "verify", "widen"]
 
 #: The tree's branching: two nodes at every depth past the root.
 TOPK = 2
@@ -195,6 +195,52 @@ def _accept_mover():
     return moves
 
 
+def sglang_draft_batch(seq_lens, rows, req_to_token, topk: int, num_steps: int) -> tuple:
+    """EAGLE's draft decode batch for requests of committed lengths ``seq_lens`` in pool rows
+    ``rows`` of ``req_to_token``: ``prepare_for_draft`` (``speculative/eagle_worker_common.py``)
+    run from the installed release's source on pages of one slot, its slot launcher's Triton
+    kernel (``assign_draft_cache_locs_contiguous``) interpreted, ``ForwardBatch.init_new`` a
+    stand-in; the draft's ``positions`` and the batch's ``out_cache_loc``."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    from conformance.adapters import sglang as adapter
+    from conformance.sglang import loading
+
+    root = loading.sglang_root()
+    name = "sglang_draft_batch"
+    scope: dict = {"__name__": name, "torch": torch, "triton": triton, "tl": tl, "_is_cpu": False}
+    loading.from_source(
+        root / "kernels" / "ops" / "speculative" / "cache_locs.py",
+        ("assign_draft_cache_locs_contiguous_func", "assign_draft_cache_locs_contiguous"), scope,
+    )  # fmt: skip
+    scope["ForwardMode"] = loading.runtime().ForwardMode
+    scope["CaptureHiddenMode"] = types.SimpleNamespace(NULL=0, LAST=1)  # kept, not read
+    scope["ForwardBatch"] = types.SimpleNamespace(init_new=lambda batch, runner, **k: batch)
+    path = root / "srt" / "speculative" / "eagle_worker_common.py"
+    loading.from_source(path, ("prepare_for_draft",), scope)
+    module = types.ModuleType(name)
+    module.__dict__.update(scope)
+    prepare = adapter.interpreted_namespace(module)["prepare_for_draft"]
+    seq = torch.as_tensor(seq_lens, dtype=torch.int64)
+    batch = types.SimpleNamespace(
+        forward_mode=scope["ForwardMode"].DECODE, seq_lens=seq, seq_lens_cpu=seq.clone(),
+        req_pool_indices=torch.as_tensor(rows, dtype=torch.int64), device="cpu",
+        token_to_kv_pool_allocator=types.SimpleNamespace(page_size=1),
+        multimodal_inputs=[None] * int(seq.shape[0]),
+    )  # fmt: skip
+    runner = types.SimpleNamespace(
+        model_config=types.SimpleNamespace(model_is_mrope=False),
+        spec_algorithm=types.SimpleNamespace(is_standalone=lambda: False),
+    )
+    draft = types.SimpleNamespace()
+    pool = types.SimpleNamespace(req_to_token=torch.as_tensor(req_to_token, dtype=torch.int64))
+    with adapter._interpreted_language():
+        prepare(draft, pool, batch, None, runner, topk, num_steps)
+    return draft.positions, batch.out_cache_loc
+
+
 def verify(engine: Engine, made, records: bool = False) -> list:
     """What a tree server runs for the engine's step ``made``: a target verify as
     :func:`as_tree` makes it, anything else as made."""
@@ -206,10 +252,10 @@ def verify(engine: Engine, made, records: bool = False) -> list:
 def widen(batch, topk: int):
     """A draft decode step's batch (a ``ForwardBatch`` stand-in, one token a request) as EAGLE
     drafting a tree of ``topk`` gives it to the draft model's canary: each request's position,
-    input id and slot ``topk`` times (``prepare_for_draft``: the positions
-    ``seq_lens.repeat_interleave(topk)``, read, not run), its requests as before. The branches'
-    slots are not modelled (each repeats the chain's); SGLang's plan input raises before any
-    launch reads them ([29])."""
+    input id and slot ``topk`` times (``prepare_for_draft``'s positions, which
+    :func:`sglang_draft_batch` runs), its requests as before. The branches' slots are not
+    modelled (each repeats the chain's, where SGLang gives each branch its own): SGLang's plan
+    input raises before any launch reads them ([29])."""
     wide = {}
     for name in ("positions", "input_ids", "out_cache_loc"):
         value = getattr(batch, name, None)

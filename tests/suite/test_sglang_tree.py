@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import types
 
 import numpy as np
 import pytest
 
 import reference
-from conformance.sglang import histories, manager_run, matrix, tree
+from conformance.sglang import histories, loading, manager_run, matrix, tree
 from engine_model import Engine, Forward, Move
 from engine_model.vocabulary import TARGET_VERIFY
 
@@ -192,3 +193,34 @@ def test_sglang_s_tree_kernel_builds_the_leg_s_tree_with_each_node_at_its_depth(
     assert path == [0, *range(1, nodes, 2)]
     assert [int(next_sibling[0, j]) for j in range(1, nodes, 2)] == list(range(2, nodes, 2))
     assert (next_token == next_token[:1]).all() and (next_sibling == next_sibling[:1]).all()
+
+
+def test_a_tree_draft_step_s_positions_are_sglang_s_and_its_branches_slots_are_not_modelled():
+    """The widened draft step gives each request's position ``topk`` times, as SGLang's
+    ``prepare_for_draft`` (run from source) does; SGLang gives each branch slots of its own
+    (the row's ``topk * steps`` slots past ``seq_lens``, sliced per step by its
+    ``per_step_draft_out_cache_loc``, run), where the widened step repeats the
+    chain's, the leg's stated departure, which no launch reads before [29] raises."""
+    import torch
+
+    seq, rows = [5, 9], [1, 3]
+    table = torch.arange(4 * 32, dtype=torch.int64).reshape(4, 32) + 1000
+    positions, slots = tree.sglang_draft_batch(seq, rows, table, tree.TOPK, 3)
+    chain = types.SimpleNamespace(  # the chain's first draft step: one token a request
+        positions=torch.tensor(seq), input_ids=torch.tensor([7, 8]),
+        out_cache_loc=torch.tensor([int(table[r, s]) for r, s in zip(rows, seq, strict=True)]),
+    )  # fmt: skip
+    wide = tree.widen(dataclass_of(chain), tree.TOPK)
+    assert positions.tolist() == wide.positions.tolist() == [5, 5, 9, 9]
+    utils = loading.sglang_root() / "srt" / "speculative" / "eagle_utils.py"
+    per_step = loading.from_source(utils, ("per_step_draft_out_cache_loc",), {})[
+        "per_step_draft_out_cache_loc"
+    ](slots, len(seq), tree.TOPK, 3)  # SGLang's own slicing of the steps, run
+    assert per_step[0].tolist() == [1037, 1040, 1105, 1108]  # step 0: each branch its own
+    assert wide.out_cache_loc.tolist() == [1037, 1037, 1105, 1105]
+
+
+def dataclass_of(namespace):
+    """A namespace as a dataclass instance (``tree.widen`` replaces its fields)."""
+    fields = list(vars(namespace))
+    return dataclasses.make_dataclass("Batch", fields)(**vars(namespace))
