@@ -214,8 +214,9 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
         tokens known before drafting, so a later step's verify of an earlier draft past the
         snapshot expects no token; then the drafts are given up (the target decides) and the
         requests are back where they were, their drafts' pages still theirs (SGLang's spec v2
-        frees nothing before the request is released; its ``prepare_for_draft``, read, takes
-        the drafts' slots from the request's row past ``seq_lens``). Replaying a CUDA graph (``graph``:
+        frees nothing before the request is released; its ``prepare_for_draft`` takes the
+        drafts' slots from the request's row past ``seq_lens``, as the SGLang legs' tree
+        self-test runs it). Replaying a CUDA graph (``graph``:
         EAGLE's draft decode graph runner, ``eagle_draft_cuda_graph_runner.py``), each step has
         ``pad`` padding rows at its tail, one token each."""
         c = self.config
