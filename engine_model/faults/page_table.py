@@ -38,7 +38,8 @@ __all__ = [
 
 class _TableFault(FaultClass):
     """An entry of the page table names a slot another position wrote: reported at that slot
-    by the ``FULL`` group's next ``HEAD`` and ``TAIL`` verifies, each with ``CHAIN``,
+    by the ``FULL`` group's next ``HEAD`` and ``TAIL`` verifies of its request (once it runs
+    again), each with ``CHAIN``,
     ``POSITION`` and ``TOKEN`` for the fields in which its buffer's record differs from the one
     it replaced, and not at all when the records are equal (harmless). The ``SWA`` group reads
     the entry only while it is in the window, and through the full-to-SWA table: nothing is
@@ -65,6 +66,13 @@ class _TableFault(FaultClass):
         if not dues and engine.config.swa_window:
             return None
         return dues, not dues
+
+    def due_after_settle(self, engine, fault):
+        """Nothing is promised where a request whose entry changed did not run after the fault
+        (an admission of the settle took the SWA pages its next forward waits for): its own
+        verify is what reads the entry."""
+        ran = all(engine.last_run.get(rid, -1) > fault.made_at for rid, _ in fault.entries)
+        return [] if ran else None
 
     def _made(self, engine: Engine, full_slots, entries: tuple, what: str) -> Fault:
         return Fault(self.name, None, frozenset(int(s) for s in full_slots), entries,
