@@ -4,6 +4,7 @@ the registry's order, with each class's description), and every class is a whole
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -87,3 +88,23 @@ def test_a_moved_position_is_due_where_a_check_can_see_it(write_input_assert):
     dues = cls.due_after_settle(engine, fault)
     moved = int(FailReason.WRITE_POSITION_MISMATCH)
     assert dues and all(int(d.bits) & moved for d in dues), dues
+
+
+@pytest.mark.parametrize("kind", ["req_to_token", "page_swap"])
+def test_a_page_table_fault_promises_nothing_until_its_request_runs_again(kind):
+    """A changed page-table entry is read by its own request's next verify: before that
+    request runs again nothing is promised (an admission can take the SWA pages it waits
+    for); once it has, the class's reports are."""
+    from engine_model import Engine, EngineConfig
+
+    cls = FAULTS[kind]
+    engine = Engine(EngineConfig(page_size=2, seed=7))
+    for _ in range(3):
+        engine.admit(6)
+    assert engine.prefill(18) is not None
+    made = cls.make(engine, 0, 0)
+    assert made is not None and made.entries
+    fault = dataclasses.replace(made, made_at=engine.steps)  # as the harness stamps it
+    assert cls.due_after_settle(engine, fault) is None  # nobody ran since
+    assert engine.decode() is not None
+    assert cls.due_after_settle(engine, fault) == []
