@@ -71,6 +71,7 @@ import dataclasses
 import functools
 import heapq
 import inspect
+import itertools
 import types
 from pathlib import Path
 
@@ -551,13 +552,13 @@ def release_ranges(engine: Engine, req: Request) -> list[tuple[int, int]]:
         path, ("release_kv_cache", "_release_overallocated_kv_indices"), scope
     )["release_kv_cache"]
 
-    def common(pages: tuple) -> int:  # the leading pages a cached path shares with it
-        n = 0
-        while n < min(len(pages), len(req.pages)) and pages[n] == req.pages[n]:
-            n += 1
-        return n
-
-    protected = min(max((common(e.pages) for e in engine.cache), default=0) * p, req.written)
+    shared = (  # the leading pages each cached path shares with the request
+        sum(
+            1 for _ in itertools.takewhile(lambda pair: pair[0] == pair[1], zip(e.pages, req.pages))
+        )
+        for e in engine.cache
+    )
+    protected = min(max(shared, default=0) * p, req.written)
     freed: list[tuple[int, int]] = []
     kv = types.SimpleNamespace(
         holds_kv=True, is_kv_released=False, cache_protected_len=protected,

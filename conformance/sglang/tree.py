@@ -33,7 +33,9 @@ import itertools
 import types
 
 import numpy as np
+import torch
 
+from conformance.sglang import loading
 from engine_model import Engine, Forward, Move
 from engine_model.steps import MoveGroup
 from engine_model.vocabulary import FULL, TARGET_VERIFY
@@ -98,6 +100,44 @@ def as_tree(engine: Engine, forward: Forward, records: bool = False) -> list:
     return [tree, save, load]
 
 
+def _speculative_code(sources: dict, **scope) -> dict:
+    """SGLang's speculative code, executed from the installed release's source with its
+    ``@triton.jit`` kernels interpreted: ``sources`` maps a path under the ``sglang`` folder to
+    the names to take from it (those of them the release defines), ``scope`` adds names the
+    code reads. The kernels' launchers take their GPU path (``_is_cpu`` False, not the CPU
+    builds), and the out-of-bounds probe (a debug check) does nothing. The namespace, its
+    functions calling the interpreted kernels."""
+    import triton
+    import triton.language as tl
+
+    from conformance.adapters import sglang as adapter
+
+    name = "sglang_speculative_source"
+    namespace: dict = {
+        "__name__": name, "torch": torch, "triton": triton, "tl": tl, "_is_cpu": False,
+        "next_power_of_2": triton.next_power_of_2, "maybe_detect_oob": lambda *a, **k: None,
+        **scope,
+    }  # fmt: skip
+    for relative, names in sources.items():
+        path = loading.sglang_root() / relative
+        text = path.read_text()
+        loading.from_source(path, tuple(n for n in names if f"def {n}(" in text), namespace)
+    module = types.ModuleType(name)
+    module.__dict__.update(namespace)
+    return adapter.interpreted_namespace(module)
+
+
+def _interpreted_language():
+    """The block inside which ``triton.language``'s own helpers are interpreted."""
+    from conformance.adapters import sglang as adapter
+
+    return adapter._interpreted_language()
+
+
+#: SGLang's speculative kernels' folder, under the ``sglang`` folder.
+_OPS = "kernels/ops/speculative"
+
+
 def sglang_tree(seq_lens, depth_steps: int) -> tuple:
     """The tree of :func:`depth` (``depth_steps`` draft steps, ``1 + 2 depth_steps`` nodes a
     request) built by SGLang's own tree kernel (``sgl_build_tree_kernel_efficient_triton`` of
@@ -107,18 +147,8 @@ def sglang_tree(seq_lens, depth_steps: int) -> tuple:
     ``[requests, nodes]`` arrays. EAGLE's draft encodes the tree as the score index each node
     was selected at and, per step, the score index of the node it expanded: here node ``i`` was
     selected at ``i - 1`` and step ``d`` expanded the path's node of depth ``d``."""
-    import torch
-    import triton
-    import triton.language as tl
-
-    from conformance.adapters import sglang as adapter
-    from conformance.sglang import loading
-
-    path = loading.sglang_root() / "kernels" / "ops" / "speculative" / "spec_tree.py"
     name = "sgl_build_tree_kernel_efficient_triton"
-    module = types.ModuleType("spec_tree_source")
-    module.__dict__.update(loading.from_source(path, (name,), {"triton": triton, "tl": tl}))
-    kernel = adapter.interpreted_namespace(module)[name]
+    kernel = _speculative_code({f"{_OPS}/spec_tree.py": (name,)})[name]
     seq = torch.as_tensor(seq_lens, dtype=torch.int64)
     bs, nodes = int(seq.shape[0]), 1 + TOPK * depth_steps
     parents = torch.tensor([[-1] + [TOPK * (d - 1) for d in range(1, depth_steps)]] * bs)
@@ -143,31 +173,11 @@ def _accept_mover():
     0.5.23, ``assign_extend_cache_locs`` and ``fill_accept_out_cache_loc`` before), executed
     from the installed release's source and interpreted (the kernels, not their CPU builds:
     ``_is_cpu`` False); its out-of-bounds probe (a debug check) does nothing."""
-    import torch
-    import triton
-    import triton.language as tl
-
-    from conformance.adapters import sglang as adapter
-    from conformance.sglang import loading
-
-    ops = loading.sglang_root() / "kernels" / "ops" / "speculative"
-    name = "sglang_accept_move"
-    scope: dict = {
-        "__name__": name, "torch": torch, "triton": triton, "tl": tl, "_is_cpu": False,
-        "next_power_of_2": triton.next_power_of_2, "maybe_detect_oob": lambda *a, **k: None,
-    }  # fmt: skip
-    for file, names in (
-        ("cache_locs.py", ("fill_front_out_cache_loc_func", "assign_extend_cache_locs")),
-        ("eagle.py", ("fill_accept_out_cache_loc_func", "fill_accept_out_cache_loc")),
-    ):
-        text = (ops / file).read_text()
-        there = tuple(n for n in names if f"def {n}(" in text)
-        loading.from_source(ops / file, there, scope)
-    spec_utils = loading.sglang_root() / "srt" / "speculative" / "spec_utils.py"
-    loading.from_source(spec_utils, ("move_accept_tokens_to_target_kvcache",), scope)
-    module = types.ModuleType(name)
-    module.__dict__.update(scope)
-    move = adapter.interpreted_namespace(module)["move_accept_tokens_to_target_kvcache"]
+    move = _speculative_code({
+        f"{_OPS}/cache_locs.py": ("fill_front_out_cache_loc_func", "assign_extend_cache_locs"),
+        f"{_OPS}/eagle.py": ("fill_accept_out_cache_loc_func", "fill_accept_out_cache_loc"),
+        "srt/speculative/spec_utils.py": ("move_accept_tokens_to_target_kvcache",),
+    })["move_accept_tokens_to_target_kvcache"]  # fmt: skip
 
     def moves(forward: Forward, accept_index) -> list[tuple[int, int]]:
         """The ``(source, target)`` slots SGLang's move hands the pool's ``move_kv_cache``
@@ -188,7 +198,7 @@ def _accept_mover():
             ),
             out_cache_loc=torch.as_tensor(forward.groups[0].out_cache_loc, dtype=torch.int64),
         )
-        with adapter._interpreted_language():
+        with _interpreted_language():
             move(batch, accept, (accept != -1).sum(1) - 1, allocator)
         return moved
 
@@ -201,31 +211,20 @@ def sglang_draft_batch(seq_lens, rows, req_to_token, topk: int, num_steps: int) 
     run from the installed release's source on pages of one slot, its slot launcher's Triton
     kernel (``assign_draft_cache_locs_contiguous``) interpreted, ``ForwardBatch.init_new`` a
     stand-in; the draft's ``positions`` and the batch's ``out_cache_loc``."""
-    import torch
-    import triton
-    import triton.language as tl
-
-    from conformance.adapters import sglang as adapter
-    from conformance.sglang import loading
-
-    root = loading.sglang_root()
-    name = "sglang_draft_batch"
-    scope: dict = {"__name__": name, "torch": torch, "triton": triton, "tl": tl, "_is_cpu": False}
-    loading.from_source(
-        root / "kernels" / "ops" / "speculative" / "cache_locs.py",
-        ("assign_draft_cache_locs_contiguous_func", "assign_draft_cache_locs_contiguous"), scope,
-    )  # fmt: skip
-    scope["ForwardMode"] = loading.runtime().ForwardMode
-    scope["CaptureHiddenMode"] = types.SimpleNamespace(NULL=0, LAST=1)  # kept, not read
-    scope["ForwardBatch"] = types.SimpleNamespace(init_new=lambda batch, runner, **k: batch)
-    path = root / "srt" / "speculative" / "eagle_worker_common.py"
-    loading.from_source(path, ("prepare_for_draft",), scope)
-    module = types.ModuleType(name)
-    module.__dict__.update(scope)
-    prepare = adapter.interpreted_namespace(module)["prepare_for_draft"]
+    forward_mode = loading.runtime().ForwardMode
+    prepare = _speculative_code(
+        {
+            f"{_OPS}/cache_locs.py": (
+                "assign_draft_cache_locs_contiguous_func", "assign_draft_cache_locs_contiguous"),
+            "srt/speculative/eagle_worker_common.py": ("prepare_for_draft",),
+        },
+        ForwardMode=forward_mode,
+        CaptureHiddenMode=types.SimpleNamespace(NULL=0, LAST=1),  # kept, not read
+        ForwardBatch=types.SimpleNamespace(init_new=lambda batch, runner, **k: batch),
+    )["prepare_for_draft"]  # fmt: skip
     seq = torch.as_tensor(seq_lens, dtype=torch.int64)
     batch = types.SimpleNamespace(
-        forward_mode=scope["ForwardMode"].DECODE, seq_lens=seq, seq_lens_cpu=seq.clone(),
+        forward_mode=forward_mode.DECODE, seq_lens=seq, seq_lens_cpu=seq.clone(),
         req_pool_indices=torch.as_tensor(rows, dtype=torch.int64), device="cpu",
         token_to_kv_pool_allocator=types.SimpleNamespace(page_size=1),
         multimodal_inputs=[None] * int(seq.shape[0]),
@@ -236,7 +235,7 @@ def sglang_draft_batch(seq_lens, rows, req_to_token, topk: int, num_steps: int) 
     )
     draft = types.SimpleNamespace()
     pool = types.SimpleNamespace(req_to_token=torch.as_tensor(req_to_token, dtype=torch.int64))
-    with adapter._interpreted_language():
+    with _interpreted_language():
         prepare(draft, pool, batch, None, runner, topk, num_steps)
     return draft.positions, batch.out_cache_loc
 
