@@ -62,19 +62,45 @@ def test_a_tree_verify_writes_each_node_at_its_depth_in_the_engine_s_slots():
             assert (load.groups[0].records_from == -1).all()
 
 
-def test_the_accepted_path_s_kv_goes_to_the_slots_of_its_depths():
-    moved = 0
-    for chain, (_, *moves) in _verifies():
+def _misplaced_moves(made) -> tuple[list, int]:
+    """The moves of the tree steps ``made`` that do not take the path's node ``2d - 1`` to the
+    slot of depth ``d`` (``d >= 2``) of one row, and how many moves there were."""
+    wrong, moved = [], 0
+    for chain, (_, *moves) in made:
         rows = [chain.groups[0].out_cache_loc[chain.token_rows == b].tolist()
                 for b in range(len(chain.plan["req_pool_indices"]))]  # fmt: skip
         for save, load in zip(moves[::2], moves[1::2], strict=True):
             pairs = zip(save.groups[0].slots.tolist(), load.groups[0].slots.tolist(), strict=True)
-            for source, target in pairs:  # node 2d - 1 to node d (d >= 2), of one row
-                (row,) = [r for r in rows if target in r]
-                assert row.index(target) >= 2
-                assert row.index(source) == 2 * row.index(target) - 1
+            for source, target in pairs:
+                row = [r for r in rows if target in r and source in r]
+                if len(row) != 1 or not (
+                    row[0].index(target) >= 2
+                    and row[0].index(source) == 2 * row[0].index(target) - 1
+                ):
+                    wrong.append((source, target))
                 moved += 1
+    return wrong, moved
+
+
+def test_the_accepted_path_s_kv_goes_to_the_slots_of_its_depths():
+    """The moves SGLang's ``move_accept_tokens_to_target_kvcache`` (run) chooses after each
+    tree verify take the path's node of depth ``d`` to the window's slot ``d``."""
+    wrong, moved = _misplaced_moves(_verifies())
     assert moved, "no accepted path of history 0 went past depth 1"
+    assert wrong == []
+
+
+def test_a_move_of_other_slots_is_caught(monkeypatch):
+    """Able to fail: a mover whose moves run the other way (the window's slot to the path's
+    node) is caught."""
+    real = tree._accept_mover()
+    monkeypatch.setattr(
+        tree,
+        "_accept_mover",
+        lambda: lambda forward, accept: [(t, s) for s, t in real(forward, accept)],
+    )
+    wrong, moved = _misplaced_moves(_verifies.__wrapped__())
+    assert moved and len(wrong) == moved
 
 
 @pytest.mark.parametrize("topk", [1, 2])
@@ -212,6 +238,7 @@ def test_a_tree_draft_step_s_positions_are_sglang_s_and_its_branches_slots_are_n
     )  # fmt: skip
     wide = tree.widen(dataclass_of(chain), tree.TOPK)
     assert positions.tolist() == wide.positions.tolist() == [5, 5, 9, 9]
+    assert positions.tolist() != chain.positions.tolist()  # able to fail: an unwidened step
     utils = loading.sglang_root() / "srt" / "speculative" / "eagle_utils.py"
     per_step = loading.from_source(utils, ("per_step_draft_out_cache_loc",), {})[
         "per_step_draft_out_cache_loc"
