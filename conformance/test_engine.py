@@ -290,6 +290,7 @@ REQUIRED_SITUATIONS = (
     "a retracted request readmitted",
     "a readmitted request matched a cached prefix",
     "an insert rebound a row to the cache's pages",
+    "an insert split at the prompt's end",
     "drafts rejected, their pages kept for the next verify",
     "a draft extend that wrote rejected drafts' positions",
     *(situation(step) for step in REQUIRED_FORWARDS),

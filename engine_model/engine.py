@@ -139,7 +139,7 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
         prompt_len = len(req.tokens) + new_tokens
         req.tokens += self._fresh(prompt_len - len(req.tokens))
         req.truth = list(req.tokens)
-        req.written = shared
+        req.written, req.prompt = shared, prompt_len
         self.running[req.rid] = req
         self.log.append(
             f"admit(prompt_len={prompt_len}, share={share}): request {req.rid}, row {row}, {shared} cached"
@@ -161,16 +161,16 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
 
     def _inserted(self, rows) -> None:
         """The prefix cache after an extend forward, as SGLang's scheduler leaves it
-        (``cache_unfinished_req`` after every prefill chunk, ``managers/
-        batch_result_processor.py``; read, not run): each prompt row that ran has its
-        page-aligned written prefix inserted, its row rebound to the cache's pages where the
-        cache held those tokens in others (:meth:`insert`)."""
+        (``checkpoint_kv_cache`` after every prefill chunk: ``managers/scheduler_components/
+        batch_result_processor.py`` and the scheduler's ``stash_chunked_request``; when, read,
+        not run): each prompt row that ran has its page-aligned written prefix inserted
+        (:meth:`checkpoint`, held to SGLang's insert run from source), its row rebound to the
+        cache's pages where the cache held those tokens in others."""
         for req, _ in rows:
             if self.last_run.get(req.rid) != self.steps or req.rid not in self.running:
                 continue
             if req.written >= self.config.page_size:
-                self.rebind(req)
-                self.cache_prefix(req)
+                self.checkpoint(req)
                 self.events["a prefill inserted into the prefix cache"] += 1
 
     def prompt_rows(self, chunk: int) -> list:
@@ -396,14 +396,15 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
         return forward
 
     def finish(self, pick: int) -> int | None:
-        """A request that has sampled a token ends: its page-aligned written prefix is cached,
+        """A request that has sampled a token ends: its page-aligned written prefix is cached
+        (:meth:`checkpoint`, as SGLang's ``release_kv_cache`` checkpoints a finished request),
         its row freed."""
         done = [r for r in sorted(self.running.values(), key=lambda r: r.rid) if r.decoding]
         req = pick_from(done, pick)
         if req is None:
             return None
         del self.running[req.rid]
-        k = self.cache_prefix(req)
+        k = self.checkpoint(req)
         self._release_request(req)
         self.log.append(f"finish: request {req.rid}, {k} positions cached")
         rid: int = req.rid
@@ -472,7 +473,7 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
         assert rid is not None
         req = self.running[rid]
         req.tokens = list(entry.tokens[: n * p + c.offset]) + req.tokens[-new_tokens:]
-        req.truth = list(req.tokens)
+        req.truth, req.prompt = list(req.tokens), len(req.tokens)
         self.log[-1] = (
             f"admit(twin of a cached prefix, {n * p} + {new_tokens}): request {rid}, row {req.row}"
         )
@@ -541,6 +542,7 @@ class Engine(Forwards, Moves, PrefixCache, Allocators, EngineState):
         req = Request(self.next_rid, self._take_row(), list(sent.tokens), list(sent.truth))
         self.next_rid += 1
         req.written, req.pages, req.decoding = written, pages, sent.decoding
+        req.prompt = sent.prompt
         dst = [self.full_slot(req, p) for p in range(span)]
         self.req_to_token[req.row, :written] = dst[:written]
         self.running[req.rid] = req

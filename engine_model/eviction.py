@@ -26,8 +26,9 @@ The walk's choices are held to SGLang's own methods, run from source over the sa
 ``conformance/sglang/memory.py`` (:func:`conformance.sglang.memory.eviction_departures`); on an
 engine whose allocators are SGLang's (``EngineConfig.allocators``), those methods choose the
 nodes (:data:`engine_model.free_lists.EVICTIONS`) and the engine evicts them. The
-node boundaries and times are this module's reading of the tree core, not run: its match and
-insert need the serving stack. So is the amount asked for: the engine allocates row by row and
+node boundaries and times an insert leaves are held to SGLang's insert, run from source
+(``conformance/sglang/radix_insert.py``); a match's split and stamps are this module's reading,
+not run (the match's length is held). So is the amount asked for: the engine allocates row by row and
 asks for what the row lacks, where SGLang asks once a batch (for an extend batch on pages
 larger than one slot, a conservative count: the extend tokens plus a page a request), a named
 difference of the model.

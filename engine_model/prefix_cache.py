@@ -75,8 +75,8 @@ class PrefixCache(Eviction):
         return [r for r in sorted(self.running.values(), key=lambda r: r.rid) if r.written >= p]
 
     def insert(self, pick: int, rid: int | None = None) -> int | None:
-        """A running request's page-aligned written prefix goes into the prefix cache (modelled
-        on ``cache_unfinished_req`` of ``mem_cache/radix_cache.py``, which is not run; every
+        """A running request's page-aligned written prefix goes into the prefix cache
+        (:meth:`checkpoint`, held to SGLang's ``checkpoint_into_tree``; every
         extend forward makes this insert for its prompt rows, :meth:`Engine.prefill`; an event
         that picks a request here may take its decoded positions too, which SGLang inserts only
         when the request finishes, a named choice of the legs' histories): where the cache holds a
@@ -89,9 +89,30 @@ class PrefixCache(Eviction):
         )
         if req is None:
             return None
-        entry, rebound = self.rebind(req)
+        free = len(self.free_pages)
+        k = self.checkpoint(req)
+        freed = len(self.free_pages) - free
+        self.log.append(f"insert: request {req.rid}, {k} positions, {freed} pages freed")
+        return k
+
+    def checkpoint(self, req: Request) -> int:
+        """Insert ``req``'s page-aligned written prefix into the prefix cache as SGLang's
+        ``checkpoint_into_tree`` does (``mem_cache/unified_radix_cache.py``; the SGLang legs'
+        self-tests run it from source and hold this to it, ``conformance/sglang/
+        radix_insert.py``): the row is rebound to the cache's pages where the cache holds those
+        tokens in others, the request's duplicates freed (:meth:`rebind`), the prefix inserted
+        (:meth:`cache_prefix`), and, where it goes past the page-aligned prompt, the node
+        holding the prompt's end split there (SGLang's second insert, of the prompt's key, so
+        that an eviction can drop the output without the prompt). The positions inserted."""
+        c = self.config
+        self.rebind(req)
         k = self.cache_prefix(req)
-        self.log.append(f"insert: request {req.rid}, {k} positions, {len(rebound)} pages rebound")
+        prompt = (req.prompt - c.offset) // c.page_size
+        if 0 < prompt * c.page_size < k:
+            n = k // c.page_size
+            entry = next(e for e in self.cache if e.pages[:n] == tuple(req.pages[:n]))
+            self.touch_insert(entry, prompt)
+            self.events["an insert split at the prompt's end"] += 1
         return k
 
     def tree_match(

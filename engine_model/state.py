@@ -21,8 +21,8 @@ __all__ = ["CacheEntry", "EngineState", "Request"]
 @dataclass
 class Request:
     """A request as the engine keeps it: its id, its pool row, the tokens it knows and the
-    token oracle's, the positions whose KV it wrote, the page of each page index, and whether
-    it has sampled a token (it decodes)."""
+    token oracle's, the positions whose KV it wrote, the page of each page index, whether it
+    has sampled a token (it decodes), and how many of its tokens are its prompt."""
 
     rid: int
     row: int
@@ -31,6 +31,7 @@ class Request:
     written: int = 0  # positions whose KV is written
     pages: list = field(default_factory=list)  # page of each page index
     decoding: bool = False
+    prompt: int = 0  # the tokens it was admitted with (SGLang's ``origin_input_ids``)
 
 
 @dataclass

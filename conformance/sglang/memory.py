@@ -37,7 +37,8 @@ core's read-only match of the full pool (:func:`match_departures`):
 under EAGLE's offset its bigram keys), run from source over the engine's cached paths as SGLang's
 tree holds them (:func:`sglang_match`: a node a radix node of the engine, keyed by its tokens,
 its value its slots), which also shows the cache holds no prefix's tokens twice. The insert
-(its split, its rebind of a request's row to the cached pages) is the engine's own, not held.
+(its split, its rebind of a request's row to the cached pages) is held to SGLang's
+``checkpoint_into_tree`` by :mod:`conformance.sglang.radix_insert`.
 
 A retraction (:meth:`engine_model.Engine.retract`) frees the pages of the positions SGLang's
 ``release_kv_cache(checkpoint=False)`` (``mem_cache/common.py``, with

@@ -1,0 +1,326 @@
+"""SGLang's radix cache insert, run from source, and the engine model's insert held to it.
+
+A running or finishing request's insert (:meth:`engine_model.Engine.checkpoint`: after every
+prefill chunk, at an insert event, at a finish) is SGLang's ``checkpoint_into_tree``
+(``mem_cache/unified_radix_cache.py``, 0.5.22 on: :func:`available`) with the cache's
+``insert`` pump and its action application (``_apply_cache_actions``,
+``_apply_cache_action``), the unified tree core's resumable insert walk
+(``unified_cache/unified_tree_core.py``: ``begin_insert``, ``_advance_insert``, the walk,
+overlap, commit and tail steps, ``_split_node``, ``_add_new_node``, ``_touch_node``,
+``collect_full_device_indices``, with ``UnifiedTreeNode`` and the walk's state), the full
+component and the component defaults (``components/full.py``, ``components/base.py``, with
+``get_and_increase_time_counter``), ``InsertParams``, ``InsertResult``, ``RadixKey`` and the
+cache actions, all executed from the installed release's source, over a tree built from the
+engine's cached paths (:func:`sglang_checkpoint`): a node a radix node of the engine
+(:meth:`engine_model.Engine.nodes`), its key its tokens, its value its slots, its last access
+time the engine's; the counter of fresh times starts past the engine's clock.
+
+It gives back what SGLang's insert does to the request and the tree: the slots it frees as the
+request's duplicates of cached ones, the request's row after it rewrites the cached part, and
+the tree after (each node's slots and its place in the order of access times), the prompt
+boundary's split included (a second insert of the prompt's key, where the request's key goes
+past it). :func:`checkpoint_departures` holds the engine to it over random histories.
+
+Stand-ins (each holding only what these methods read, none doing more than SGLang's): the tree
+core and the cache (their fields; no hierarchical cache, no storage, no session, no sharding,
+no event recorder: SGLang's records events for subscribers and changes nothing), the request
+(its lengths, tokens and row), the request pool (SGLang's ``ReqToTokenPool.write``, from source,
+over the engine's table), the allocator (it records what ``free_segment`` is given), the lock
+(a handle) and the environment (each flag's default, read from the release's ``environ.py``).
+A cache with a window (SWA) is not run: its insert's SWA component (tombstones, the window's
+adoption) is not modelled.
+"""
+
+from __future__ import annotations
+
+import abc
+import collections
+import dataclasses
+import enum
+import functools
+import itertools
+import re
+import types
+from array import array
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from conformance.sglang import loading
+from engine_model import Engine, EngineConfig
+from engine_model.state import Request
+
+__all__ = ["available", "checkpoint_departures", "sglang_checkpoint"]
+
+#: the tree core's methods an insert runs, and the cache's
+CORE_METHODS = (
+    "begin_insert", "resume_insert", "end_insert", "has_ongoing_insert", "_advance_insert",
+    "_is_deferrable_action", "_insert_walk_step", "_insert_overlap_step",
+    "_finish_insert_walk_node", "_insert_commit_step", "_insert_tail_step",
+    "_should_backup_after_insert", "_needs_incremental_component_backup", "_split_node",
+    "_add_new_node", "_touch_node", "_inc_hit_count_and_check", "_new_node", "_register_node",
+    "_update_evictable_leaf_sets", "_update_duplicate_tracking",
+    "_is_settled_full_host_duplicate", "_for_each_component_lru", "_is_device_leaf",
+    "_is_host_leaf", "collect_full_device_indices", "node_by_id", "root_node_handle",
+)  # fmt: skip
+CACHE_METHODS = (
+    "checkpoint_into_tree", "insert", "_apply_cache_actions", "_apply_cache_action",
+    "path_device_indices", "root_node_handle",
+)  # fmt: skip
+#: the tree core's static methods (``methods_from_source`` drops decorators)
+STATIC = ("_is_deferrable_action",)
+
+
+def _mem_cache() -> Path:
+    return loading.sglang_root() / "srt" / "mem_cache"
+
+
+def available() -> bool:
+    """Whether the installed release has the insert in this shape (``checkpoint_into_tree``
+    over the resumable tree core: 0.5.22 on; the older releases keep the model's insert)."""
+    path = _mem_cache() / "unified_radix_cache.py"
+    return path.is_file() and "def checkpoint_into_tree(" in path.read_text()
+
+
+def _env_defaults() -> types.SimpleNamespace:
+    """Each boolean flag of the release's ``environ.py`` at its default, as ``envs`` gives it
+    on a server that sets none (``envs.NAME.get()``)."""
+    text = (loading.sglang_root() / "srt" / "environ.py").read_text()
+    flags = re.findall(r"^\s+(SGLANG_\w+) = EnvBool\((True|False)\)", text, re.M)
+    return types.SimpleNamespace(
+        **{name: types.SimpleNamespace(get=lambda v=v: v == "True") for name, v in flags}
+    )
+
+
+@functools.cache
+def _code() -> types.SimpleNamespace:
+    """The release's insert code, executed from source into one scope."""
+    import msgspec
+
+    root, unified = _mem_cache(), _mem_cache() / "unified_cache"
+    scope: dict = {
+        "torch": torch, "msgspec": msgspec, "Enum": enum.Enum, "IntFlag": enum.IntFlag,
+        "auto": enum.auto, "dataclasses": dataclasses, "array": array, "ABC": abc.ABC,
+        "abstractmethod": abc.abstractmethod, "defaultdict": collections.defaultdict,
+        "Optional": Optional, "Any": Any, "float64": np.float64, "replace": dataclasses.replace,
+        "envs": _env_defaults(),
+    }  # fmt: skip
+    loading.from_source(unified / "component_type.py", ("ComponentType",), scope)
+    kinds = scope["ComponentType"]
+    scope.update(BASE_COMPONENT_TYPE=kinds.FULL, _NUM_COMPONENT_TYPES=len(kinds))
+    base = ("ComponentData", "EvictLayer", "LRURefreshPhase", "TreeComponent")
+    loading.from_source(unified / "components" / "base.py", (*base, "get_and_increase_time_counter"), scope)  # fmt: skip
+    loading.from_source(unified / "components" / "full.py", ("FullComponent",), scope)
+    actions = ("FreeDeviceKV", "FreeDeviceKVFullOnly", "ComponentAction", "BackupKV",
+               "UpdatePendingBackupOnNodeSplit")  # fmt: skip
+    loading.from_source(unified / "cache_action.py", actions, scope)
+    loading.from_source(root / "base_prefix_cache.py", ("InsertParams", "InsertResult"), scope)
+    loading.from_source(unified / "unified_tree_core_interface.py", ("InsertStepResult",), scope)
+    loading.from_source(root / "radix_cache.py", ("RadixKey",), scope)
+    loading.from_source(root / "utils.py", ("split_node_hash_value",), scope)
+    core_file = unified / "unified_tree_core.py"
+    loading.from_source(core_file, ("UnifiedTreeNode", "_InsertPhase", "_InsertWalkState"), scope)
+    core = loading.methods_from_source(core_file, "UnifiedTreeCore", CORE_METHODS, scope)
+    for name in STATIC:
+        core[name] = staticmethod(core[name])
+    cache = loading.methods_from_source(
+        root / "unified_radix_cache.py", "UnifiedRadixCache", CACHE_METHODS, scope
+    )
+    pool_write = loading.methods_from_source(
+        root / "memory_pool.py", "ReqToTokenPool", ("write",), scope
+    )["write"]
+    return types.SimpleNamespace(
+        scope=scope, core=type("UnifiedTreeCore", (), core), cache=type("UnifiedRadixCache", (), cache),
+        pool=type("ReqToTokenPool", (), {"write": pool_write}),
+    )  # fmt: skip
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    """What SGLang's insert of a request does: the slots it frees as duplicates, the request's
+    row after it (its first ``length`` positions, those the tree now holds), and the tree
+    after it (:func:`tree_order`)."""
+
+    freed: list[int]
+    row: list[int]
+    length: int
+    tree: list[tuple[tuple[int, ...], tuple[int, ...]]]
+
+
+def _engine_tree(engine: Engine, code: types.SimpleNamespace, core) -> dict:
+    """SGLang's tree of the engine's cached paths under ``core``'s root: the nodes by their
+    slots."""
+    c = engine.config
+    node_type, key_type, full = code.scope["UnifiedTreeNode"], code.scope["RadixKey"], code.scope["BASE_COMPONENT_TYPE"]  # fmt: skip
+    made: dict = {}
+    for entry in engine.cache:
+        node, slots = core.root_node, engine.cached_full_slots(entry)
+        for first, end in engine.nodes(entry):
+            a, b = first * c.page_size, min(end * c.page_size, entry.length)
+            value = tuple(int(s) for s in slots[a:b])
+            child = made.get(value)
+            if child is None:
+                child = node_type(core.component_types)
+                child.parent, child.last_access_time = node, float(engine.node_time[entry.pages[first]])  # fmt: skip
+                child.key = key_type(array("q", [int(t) for t in entry.tokens[a : b + c.offset]]), is_bigram=c.offset == 1)  # fmt: skip
+                child.component_data[full].value = torch.tensor(value, dtype=torch.int64)
+                node.children[child.key.child_key(c.page_size)] = child
+                core._register_node(child)
+                made[value] = child
+            node = child
+    return made
+
+
+def tree_order(root, full) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """A tree's nodes, each ``(its slots, its parent's slots)``, oldest access first (ties in
+    slot order)."""
+    nodes, stack = [], list(root.children.values())
+    while stack:
+        node = stack.pop()
+        parent = () if node.parent is root else tuple(node.parent.component_data[full].value.tolist())  # fmt: skip
+        nodes.append((float(node.last_access_time), tuple(node.component_data[full].value.tolist()), parent))  # fmt: skip
+        stack += node.children.values()
+    return [(slots, parent) for _, slots, parent in sorted(nodes)]
+
+
+def _protected(engine: Engine, req: Request) -> int:
+    """The positions of ``req`` whose pages are a cached path's (SGLang's
+    ``cache_protected_len``, as the model keeps it: what a match or an earlier insert gave the
+    request)."""
+    shared = (
+        sum(1 for _ in itertools.takewhile(lambda ab: ab[0] == ab[1], zip(e.pages, req.pages)))
+        for e in engine.cache
+    )
+    return min(max(shared, default=0) * engine.config.page_size, req.written)
+
+
+def sglang_checkpoint(engine: Engine, req: Request, *, finished: bool) -> Checkpoint:
+    """SGLang's ``checkpoint_into_tree`` of ``req`` (``finished``: a finishing request's, else
+    a running one's after its extend) over the engine's prefix cache as SGLang's tree holds it;
+    the engine is left as it was. A cache with a window raises ``ValueError``: SGLang's SWA
+    component of the insert is not run."""
+    code, c = _code(), engine.config
+    if c.swa_window:
+        raise ValueError("a cache with a window: SGLang's SWA component of the insert is not run")
+    full = code.scope["BASE_COMPONENT_TYPE"]
+    code.scope["_LAST_ACCESS_TIME_COUNTER_FLOAT"] = np.float64(engine.clock + 1.0)
+    core = code.core()
+    core.__dict__.update(
+        page_size=c.page_size, is_eagle=c.offset == 1, component_types=(full,),
+        _ongoing_insert_walk_state=None, tlru_bookkeeping=False, enable_storage=False,
+        enable_external_cache_linker=False, enable_hicache=False, is_write_back=False,
+        is_host_memory_buffer_only=False, evictable_device_leaves=set(),
+        evictable_host_leaves=set(), full_host_duplicates={}, _node_arena={}, lru_lists={},
+        component_evictable_size_=collections.Counter(), component_protected_size_=collections.Counter(),
+        kv_events=types.SimpleNamespace(record_store=lambda *a, **k: None),
+        _empty_device_indices=torch.empty(0, dtype=torch.int64),
+    )  # fmt: skip
+    component = object.__new__(code.scope["FullComponent"])
+    component.tree_core = core
+    core.components, core.components_by_type = [component], {full: component}
+    core.root_node = code.scope["UnifiedTreeNode"]((full,))
+    core.root_node.component_data[full].value = torch.empty(0, dtype=torch.int64)
+    core._register_node(core.root_node)
+    _engine_tree(engine, code, core)
+    freed: list[int] = []
+    pool = code.pool()
+    pool.req_to_token = torch.from_numpy(engine.req_to_token.astype(np.int64))
+    cache = code.cache()
+    cache.__dict__.update(
+        disable=False, tree_core=core, req_to_token_pool=pool, _components_tuple=(component,),
+        components={full: component}, page_size=c.page_size, buffer_pipeline=None, linker=None,
+        enable_session_radix_cache=False, lock=lambda node, **_: ("lock", node),
+        unlock=lambda lock: None,
+        token_to_kv_pool_allocator=types.SimpleNamespace(
+            free_segment=lambda indices, start_pos: freed.extend(indices.tolist())),
+    )  # fmt: skip
+    prompt = req.tokens[: req.prompt]
+    protected = _protected(engine, req)
+    request = types.SimpleNamespace(
+        finished=lambda: finished, full_untruncated_fill_ids=array("q", req.tokens),
+        origin_input_ids=array("q", prompt), priority=None, session_id=None, kv_rotation_base=None,
+        extra_key=None, cache_salt=None, lock=None, last_node=None,
+        kv=types.SimpleNamespace(req_pool_idx=req.row, cache_protected_len=protected, cache_inserted_len=protected),
+    )  # fmt: skip
+    cache.checkpoint_into_tree(request, up_to=req.written + c.offset)
+    length = request.kv.cache_protected_len
+    return Checkpoint(
+        freed=sorted(freed), row=pool.req_to_token[req.row, :length].tolist(), length=length,
+        tree=tree_order(core.root_node, full),
+    )  # fmt: skip
+
+
+def engine_checkpoint(engine: Engine, req: Request, length: int) -> Checkpoint:
+    """The engine's side of :class:`Checkpoint`, after its insert of ``req``: the slots of the
+    pages it freed are filled in by the caller."""
+    tree = []
+    for entry in engine.cache:
+        slots = engine.cached_full_slots(entry)
+        parent: tuple[int, ...] = ()
+        for first, end in engine.nodes(entry):
+            a, b = first * engine.config.page_size, min(end * engine.config.page_size, entry.length)
+            value = tuple(int(s) for s in slots[a:b])
+            tree.append((float(engine.node_time[entry.pages[first]]), value, parent))
+            parent = value
+    order = [(value, parent) for _, value, parent in sorted(set(tree))]
+    row = [int(s) for s in engine.req_to_token[req.row, :length]]
+    return Checkpoint(freed=[], row=row, length=length, tree=order)
+
+
+def checkpoint_departures(
+    config: EngineConfig, steps: int, seed: int, seen: collections.Counter | None = None
+) -> list[str]:
+    """A random history of ``steps`` steps of the engine model (admissions sharing cached
+    prefixes or computing them again, prefills, decodes, target verifies, insert events,
+    finishes, retractions and readmissions); every insert the engine makes
+    (:meth:`engine_model.Engine.checkpoint`) compared with SGLang's over the same tree and
+    request (:func:`sglang_checkpoint`): the slots it frees, the request's row, the tree's
+    nodes and their access order. Where they first differ (empty: nowhere); ``seen`` counts
+    the inserts compared of each kind (:data:`KINDS`)."""
+    from conformance.sglang import memory
+
+    if config.swa_window:
+        raise ValueError("a cache with a window: SGLang's SWA component of the insert is not run")
+    engine = Engine(dataclasses.replace(config, allocators="model"))
+    rng = np.random.default_rng(seed)
+    found: list[str] = []
+    seen = collections.Counter() if seen is None else seen
+    original, p = engine.checkpoint, config.page_size
+
+    def checked(req: Request) -> int:
+        finished = req.rid not in engine.running  # a finish takes the request out first
+        before = {slots for slots, _ in engine_checkpoint(engine, req, 0).tree}
+        theirs = sglang_checkpoint(engine, req, finished=finished)
+        free_before = set(engine.free_pages)
+        k = original(req)
+        mine = engine_checkpoint(engine, req, theirs.length)
+        freed = set(engine.free_pages) - free_before
+        mine.freed = sorted(int(s) for page in freed for s in engine.page_slots(page))
+        if not found and mine != theirs:
+            found.append(f"request {req.rid} (finished: {finished}): the engine {mine}, SGLang {theirs}")  # fmt: skip
+        seen["inserts"] += 1
+        seen["that freed a duplicate"] += bool(theirs.freed)
+        seen["that split a node"] += bool(before - {slots for slots, _ in theirs.tree})
+        seen["that split at the prompt's end"] += 0 < (req.prompt - config.offset) // p * p < k
+        seen["of a finishing request"] += finished
+        return k
+
+    engine.checkpoint = checked  # type: ignore[method-assign]
+    ops = (*memory._STEPS[:3], "verify", "insert", *memory._STEPS[3:])
+    for step in range(steps):
+        if int(rng.integers(0, 8)) == 0:  # a twin: a cached prefix computed again
+            engine.admit_twin(int(rng.integers(0, 10)), int(rng.integers(1, 4)))
+        else:
+            memory._random_step(engine, rng, ops)
+        if found:
+            return [f"step {step}: {found[0]}"]
+    return []
+
+
+#: the kinds of insert :func:`checkpoint_departures` counts
+KINDS = (
+    "inserts", "that freed a duplicate", "that split a node", "that split at the prompt's end",
+    "of a finishing request",
+)  # fmt: skip
