@@ -5,8 +5,9 @@ leaf nodes evicted on demand, just before an allocation that finds the allocator
 The cached prefixes (:class:`engine_model.state.CacheEntry`) are the paths of a radix tree; a
 page of the cache belongs to one node of it. Per page the engine keeps whether a node starts
 there (``node_head``) and the node's last access time (``node_time``), which every page of the
-node shares. The times follow SGLang's ``mem_cache/unified_cache/unified_tree_core.py`` (read;
-the order they give is held to SGLang's walk, run, by the SGLang legs' memory self-tests):
+node shares. The times follow SGLang's ``mem_cache/unified_cache/unified_tree_core.py`` (the
+order they give, after each insert and each match, is held to SGLang's insert and match, run,
+and the walk over them to SGLang's walk, run, by the SGLang legs' self-tests):
 
 - an insert touches every node its key walks, root first, each with a fresh time
   (``_touch_node``); a key that ends or leaves the tree inside a node splits it there, the upper
@@ -26,9 +27,9 @@ The walk's choices are held to SGLang's own methods, run from source over the sa
 ``conformance/sglang/memory.py`` (:func:`conformance.sglang.memory.eviction_departures`); on an
 engine whose allocators are SGLang's (``EngineConfig.allocators``), those methods choose the
 nodes (:data:`engine_model.free_lists.EVICTIONS`) and the engine evicts them. The
-node boundaries and times an insert leaves are held to SGLang's insert, run from source
-(``conformance/sglang/radix_insert.py``); a match's split and stamps are this module's reading,
-not run (the match's length is held). So is the amount asked for: the engine allocates row by row and
+node boundaries and times an insert or a match leaves are held to SGLang's insert and match,
+run from source (``conformance/sglang/radix_tree.py``). The amount asked for is this module's
+reading: the engine allocates row by row and
 asks for what the row lacks, where SGLang asks once a batch (for an extend batch on pages
 larger than one slot, a conservative count: the extend tokens plus a page a request), a named
 difference of the model.

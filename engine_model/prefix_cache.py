@@ -99,7 +99,7 @@ class PrefixCache(Eviction):
         """Insert ``req``'s page-aligned written prefix into the prefix cache as SGLang's
         ``checkpoint_into_tree`` does (``mem_cache/unified_radix_cache.py``; the SGLang legs'
         self-tests run it from source and hold this to it, ``conformance/sglang/
-        radix_insert.py``): the row is rebound to the cache's pages where the cache holds those
+        radix_tree.py``): the row is rebound to the cache's pages where the cache holds those
         tokens in others, the request's duplicates freed (:meth:`rebind`), the prefix inserted
         (:meth:`cache_prefix`), and, where it goes past the page-aligned prompt, the node
         holding the prompt's end split there (SGLang's second insert, of the prompt's key, so

@@ -38,7 +38,7 @@ under EAGLE's offset its bigram keys), run from source over the engine's cached 
 tree holds them (:func:`sglang_match`: a node a radix node of the engine, keyed by its tokens,
 its value its slots), which also shows the cache holds no prefix's tokens twice. The insert
 (its split, its rebind of a request's row to the cached pages) is held to SGLang's
-``checkpoint_into_tree`` by :mod:`conformance.sglang.radix_insert`.
+``checkpoint_into_tree`` by :mod:`conformance.sglang.radix_tree`.
 
 A retraction (:meth:`engine_model.Engine.retract`) frees the pages of the positions SGLang's
 ``release_kv_cache(checkpoint=False)`` (``mem_cache/common.py``, with

@@ -145,3 +145,45 @@ def test_an_unseeable_class_is_never_reported_and_says_why(results):
                 or kind not in UNSEEABLE
             )
         assert (len(FAULTS[kind].unseeable) > 20) == (kind in UNSEEABLE)
+
+
+#: The classes of faults of the page table and what hands pages out, which SGLang's draft and
+#: target models share.
+PAGE_TABLE_FAULTS = tuple(k for k in FAULT_KINDS if FAULTS[k].__module__.endswith(".page_table"))
+
+
+def _unreported_by_the_draft_model(results) -> list:
+    """``(kind, mode)`` of each page-table class that the draft model's canary (the histories
+    with the EAGLE offset) misses where due, or reports in no history of the mode."""
+    missed = []
+    for kind in PAGE_TABLE_FAULTS:
+        for mode in RealKvHashMode:
+            draft = [
+                t
+                for i, t in results[kind, mode].items()
+                if t is not None and dt.trial_config(kind, mode, i).offset
+            ]
+            if any(t[2] for t in draft) or all(t[0] is None for t in draft):
+                missed.append((kind, mode))
+    return missed
+
+
+def test_the_draft_model_s_canary_alone_reports_the_shared_page_table_s_faults(results):
+    """SGLang's draft and target models share one page table and allocator; the suite runs the
+    draft model's canary over an engine of its own (CONTRACT §15, a named choice). What that
+    changes: a fault of the page table, which both canaries read on a server, is promised of
+    each canary in its own histories. The draft model's canary alone (the histories with the
+    EAGLE offset) reports each such class wherever it is due, in some history of every mode.
+    Able to fail: outcomes where the draft model's canary never reports one class."""
+    assert len(PAGE_TABLE_FAULTS) == 6, PAGE_TABLE_FAULTS
+    for kind in PAGE_TABLE_FAULTS:
+        assert FAULTS[kind].seen_by_draft_model and not FAULTS[kind].target_model_only, kind
+    assert _unreported_by_the_draft_model(results) == []
+    blind = {
+        key: {
+            i: t if t is None or not dt.trial_config(key[0], key[1], i).offset else (None, *t[1:])
+            for i, t in trials.items()
+        }
+        for key, trials in results.items()
+    }
+    assert len(_unreported_by_the_draft_model(blind)) == 6 * len(RealKvHashMode)

@@ -1,4 +1,5 @@
-"""SGLang's radix cache insert, run from source, and the engine model's insert held to it.
+"""SGLang's radix tree, its insert and its match, run from source, and the engine model's held
+to them.
 
 A running or finishing request's insert (:meth:`engine_model.Engine.checkpoint`: after every
 prefill chunk, at an insert event, at a finish) is SGLang's ``checkpoint_into_tree``
@@ -10,8 +11,12 @@ overlap, commit and tail steps, ``_split_node``, ``_add_new_node``, ``_touch_nod
 ``collect_full_device_indices``, with ``UnifiedTreeNode`` and the walk's state), the full
 component and the component defaults (``components/full.py``, ``components/base.py``, with
 ``get_and_increase_time_counter``), ``InsertParams``, ``InsertResult``, ``RadixKey`` and the
-cache actions, all executed from the installed release's source, over a tree built from the
-engine's cached paths (:func:`sglang_checkpoint`): a node a radix node of the engine
+cache actions; a match (:meth:`engine_model.Engine.touch_match`: an admission sharing a cached
+prefix, a readmission) is the tree core's ``match_prefix`` (``_match_prefix_helper``, which
+splits the node the match ends inside, and ``_match_post_processor``, which stamps the matched
+path from its deepest node up), with the full component's validator and ``MatchPrefixParams``.
+All of it runs from the installed release's source, over a tree built from the engine's cached
+paths (:func:`sglang_tree`): a node a radix node of the engine
 (:meth:`engine_model.Engine.nodes`), its key its tokens, its value its slots, its last access
 time the engine's; the counter of fresh times starts past the engine's clock.
 
@@ -19,18 +24,20 @@ It gives back what SGLang's insert does to the request and the tree: the slots i
 request's duplicates of cached ones, the request's row after it rewrites the cached part, and
 the tree after (each node's slots and its place in the order of access times), the prompt
 boundary's split included (a second insert of the prompt's key, where the request's key goes
-past it). :func:`checkpoint_departures` holds the engine to it over random histories.
+past it); and the tree after a match. :func:`tree_departures` holds the engine to both over
+random histories.
 
 Stand-ins (each holding only what these methods read, none doing more than SGLang's): the tree
 core and the cache (their fields; no hierarchical cache, no storage, no session, no sharding,
 no event recorder: SGLang's records events for subscribers and changes nothing), the request
-(its lengths, tokens and row), the request pool (SGLang's ``ReqToTokenPool.write``, from source,
-over the engine's table), the allocator (it records what ``free_segment`` is given), the lock
-(a handle) and the environment (each flag's default, read from the release's ``environ.py``).
-A cache with a window (SWA) is not run: its insert's SWA component (tombstones, the window's
-adoption) is not modelled.
+(its lengths, tokens and row; its cached prefix, ``cache_protected_len``, the pages it shares
+with a cached path, as the model keeps them), the request pool (SGLang's
+``ReqToTokenPool.write``, from source, over the engine's table), the allocator (it records what
+``free_segment`` is given), the lock (a handle) and the environment (each flag's default, read
+from the release's ``environ.py``). A cache with a window (SWA) is not run: the SWA component
+(its tombstones, an insert's adoption of a request's slots into one) is not run, and the model
+does not adopt (a named choice: :func:`prefixes_cached_twice`, CONTRACT §15).
 """
-
 from __future__ import annotations
 
 import abc
@@ -43,7 +50,7 @@ import re
 import types
 from array import array
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -52,7 +59,16 @@ from conformance.sglang import loading
 from engine_model import Engine, EngineConfig
 from engine_model.state import Request
 
-__all__ = ["available", "checkpoint_departures", "sglang_checkpoint"]
+__all__ = [
+    "KINDS",
+    "available",
+    "prefixes_cached_twice",
+    "sglang_checkpoint",
+    "sglang_match",
+    "sglang_tree",
+    "tombstoned",
+    "tree_departures",
+]
 
 #: the tree core's methods an insert runs, and the cache's
 CORE_METHODS = (
@@ -64,6 +80,7 @@ CORE_METHODS = (
     "_update_evictable_leaf_sets", "_update_duplicate_tracking",
     "_is_settled_full_host_duplicate", "_for_each_component_lru", "_is_device_leaf",
     "_is_host_leaf", "collect_full_device_indices", "node_by_id", "root_node_handle",
+    "match_prefix", "_create_match_validators", "_match_prefix_helper", "_match_post_processor",
 )  # fmt: skip
 CACHE_METHODS = (
     "checkpoint_into_tree", "insert", "_apply_cache_actions", "_apply_cache_action",
@@ -104,7 +121,7 @@ def _code() -> types.SimpleNamespace:
         "torch": torch, "msgspec": msgspec, "Enum": enum.Enum, "IntFlag": enum.IntFlag,
         "auto": enum.auto, "dataclasses": dataclasses, "array": array, "ABC": abc.ABC,
         "abstractmethod": abc.abstractmethod, "defaultdict": collections.defaultdict,
-        "Optional": Optional, "Any": Any, "float64": np.float64, "replace": dataclasses.replace,
+        "Optional": Optional, "Any": Any, "NamedTuple": NamedTuple, "float64": np.float64, "replace": dataclasses.replace,
         "envs": _env_defaults(),
     }  # fmt: skip
     loading.from_source(unified / "component_type.py", ("ComponentType",), scope)
@@ -116,7 +133,8 @@ def _code() -> types.SimpleNamespace:
     actions = ("FreeDeviceKV", "FreeDeviceKVFullOnly", "ComponentAction", "BackupKV",
                "UpdatePendingBackupOnNodeSplit")  # fmt: skip
     loading.from_source(unified / "cache_action.py", actions, scope)
-    loading.from_source(root / "base_prefix_cache.py", ("InsertParams", "InsertResult"), scope)
+    prefix_cache = ("InsertParams", "InsertResult", "MatchPrefixParams", "MatchResult")
+    loading.from_source(root / "base_prefix_cache.py", prefix_cache, scope)
     loading.from_source(unified / "unified_tree_core_interface.py", ("InsertStepResult",), scope)
     loading.from_source(root / "radix_cache.py", ("RadixKey",), scope)
     loading.from_source(root / "utils.py", ("split_node_hash_value",), scope)
@@ -196,14 +214,13 @@ def _protected(engine: Engine, req: Request) -> int:
     return min(max(shared, default=0) * engine.config.page_size, req.written)
 
 
-def sglang_checkpoint(engine: Engine, req: Request, *, finished: bool) -> Checkpoint:
-    """SGLang's ``checkpoint_into_tree`` of ``req`` (``finished``: a finishing request's, else
-    a running one's after its extend) over the engine's prefix cache as SGLang's tree holds it;
-    the engine is left as it was. A cache with a window raises ``ValueError``: SGLang's SWA
-    component of the insert is not run."""
+def sglang_tree(engine: Engine) -> tuple[types.SimpleNamespace, Any]:
+    """The release's code and a tree core holding the engine's prefix cache as SGLang's tree
+    holds it (its time counter past the engine's clock); the engine is left as it was. A cache
+    with a window raises ``ValueError``: SGLang's SWA component is not run."""
     code, c = _code(), engine.config
     if c.swa_window:
-        raise ValueError("a cache with a window: SGLang's SWA component of the insert is not run")
+        raise ValueError("a cache with a window: SGLang's SWA component of the tree is not run")
     full = code.scope["BASE_COMPONENT_TYPE"]
     code.scope["_LAST_ACCESS_TIME_COUNTER_FLOAT"] = np.float64(engine.clock + 1.0)
     core = code.core()
@@ -224,6 +241,27 @@ def sglang_checkpoint(engine: Engine, req: Request, *, finished: bool) -> Checkp
     core.root_node.component_data[full].value = torch.empty(0, dtype=torch.int64)
     core._register_node(core.root_node)
     _engine_tree(engine, code, core)
+    return code, core
+
+
+def sglang_match(engine: Engine, tokens: list[int]) -> list:
+    """The tree after SGLang's ``match_prefix`` (the unified tree core's, with its split of
+    the node the match ends inside and its post-processor's stamps) of ``tokens`` over the
+    engine's prefix cache (:func:`tree_order`); the engine is left as it was."""
+    code, core = sglang_tree(engine)
+    key = code.scope["RadixKey"](array("q", [int(t) for t in tokens]), is_bigram=core.is_eagle)
+    core.match_prefix(code.scope["MatchPrefixParams"](key=key))
+    return tree_order(core.root_node, code.scope["BASE_COMPONENT_TYPE"])
+
+
+def sglang_checkpoint(engine: Engine, req: Request, *, finished: bool) -> Checkpoint:
+    """SGLang's ``checkpoint_into_tree`` of ``req`` (``finished``: a finishing request's, else
+    a running one's after its extend) over the engine's prefix cache as SGLang's tree holds it
+    (:func:`sglang_tree`); the engine is left as it was."""
+    c = engine.config
+    code, core = sglang_tree(engine)
+    full = code.scope["BASE_COMPONENT_TYPE"]
+    component = core.components[0]
     freed: list[int] = []
     pool = code.pool()
     pool.req_to_token = torch.from_numpy(engine.req_to_token.astype(np.int64))
@@ -252,9 +290,9 @@ def sglang_checkpoint(engine: Engine, req: Request, *, finished: bool) -> Checkp
     )  # fmt: skip
 
 
-def engine_checkpoint(engine: Engine, req: Request, length: int) -> Checkpoint:
-    """The engine's side of :class:`Checkpoint`, after its insert of ``req``: the slots of the
-    pages it freed are filled in by the caller."""
+def engine_checkpoint(engine: Engine, req: Request | None, length: int) -> Checkpoint:
+    """The engine's side of :class:`Checkpoint`, after its insert of ``req`` (None: the tree
+    alone): the slots of the pages it freed are filled in by the caller."""
     tree = []
     for entry in engine.cache:
         slots = engine.cached_full_slots(entry)
@@ -265,11 +303,16 @@ def engine_checkpoint(engine: Engine, req: Request, length: int) -> Checkpoint:
             tree.append((float(engine.node_time[entry.pages[first]]), value, parent))
             parent = value
     order = [(value, parent) for _, value, parent in sorted(set(tree))]
-    row = [int(s) for s in engine.req_to_token[req.row, :length]]
+    row = [] if req is None else [int(s) for s in engine.req_to_token[req.row, :length]]
     return Checkpoint(freed=[], row=row, length=length, tree=order)
 
 
-def checkpoint_departures(
+def _engine_tree_order(engine: Engine) -> list:
+    """The engine's side of :func:`tree_order`."""
+    return engine_checkpoint(engine, None, 0).tree
+
+
+def tree_departures(
     config: EngineConfig, steps: int, seed: int, seen: collections.Counter | None = None
 ) -> list[str]:
     """A random history of ``steps`` steps of the engine model (admissions sharing cached
@@ -277,37 +320,50 @@ def checkpoint_departures(
     finishes, retractions and readmissions); every insert the engine makes
     (:meth:`engine_model.Engine.checkpoint`) compared with SGLang's over the same tree and
     request (:func:`sglang_checkpoint`): the slots it frees, the request's row, the tree's
-    nodes and their access order. Where they first differ (empty: nowhere); ``seen`` counts
-    the inserts compared of each kind (:data:`KINDS`)."""
+    nodes and their access order; and every match (:meth:`engine_model.Engine.touch_match`: an
+    admission sharing a cached prefix, a readmission) with SGLang's ``match_prefix`` of the
+    matched tokens (:func:`sglang_match`): the tree's nodes and their access order. Where they
+    first differ (empty: nowhere); ``seen`` counts what was compared of each kind
+    (:data:`KINDS`)."""
     from conformance.sglang import memory
 
     if config.swa_window:
-        raise ValueError("a cache with a window: SGLang's SWA component of the insert is not run")
+        raise ValueError("a cache with a window: SGLang's SWA component of the tree is not run")
     engine = Engine(dataclasses.replace(config, allocators="model"))
     rng = np.random.default_rng(seed)
     found: list[str] = []
     seen = collections.Counter() if seen is None else seen
-    original, p = engine.checkpoint, config.page_size
+    insert, match, p = engine.checkpoint, engine.touch_match, config.page_size
 
-    def checked(req: Request) -> int:
+    def inserted(req: Request) -> int:
         finished = req.rid not in engine.running  # a finish takes the request out first
-        before = {slots for slots, _ in engine_checkpoint(engine, req, 0).tree}
+        before = {slots for slots, _ in _engine_tree_order(engine)}
         theirs = sglang_checkpoint(engine, req, finished=finished)
         free_before = set(engine.free_pages)
-        k = original(req)
+        k = insert(req)
         mine = engine_checkpoint(engine, req, theirs.length)
         freed = set(engine.free_pages) - free_before
         mine.freed = sorted(int(s) for page in freed for s in engine.page_slots(page))
         if not found and mine != theirs:
-            found.append(f"request {req.rid} (finished: {finished}): the engine {mine}, SGLang {theirs}")  # fmt: skip
+            found.append(f"insert of request {req.rid} (finished: {finished}): the engine {mine}, SGLang {theirs}")  # fmt: skip
         seen["inserts"] += 1
-        seen["that freed a duplicate"] += bool(theirs.freed)
-        seen["that split a node"] += bool(before - {slots for slots, _ in theirs.tree})
-        seen["that split at the prompt's end"] += 0 < (req.prompt - config.offset) // p * p < k
-        seen["of a finishing request"] += finished
+        seen["inserts that freed a duplicate"] += bool(theirs.freed)
+        seen["inserts that split a node"] += bool(before - {slots for slots, _ in theirs.tree})
+        seen["inserts that split at the prompt's end"] += 0 < (req.prompt - config.offset) // p * p < k  # fmt: skip
+        seen["inserts of a finishing request"] += finished
         return k
 
-    engine.checkpoint = checked  # type: ignore[method-assign]
+    def matched(entry, pages: int) -> None:
+        before = {slots for slots, _ in _engine_tree_order(engine)}
+        theirs = sglang_match(engine, list(entry.tokens[: pages * p + config.offset]))
+        match(entry, pages)
+        mine = _engine_tree_order(engine)
+        if not found and mine != theirs:
+            found.append(f"match of {pages} pages of {entry.pages}: the engine {mine}, SGLang {theirs}")  # fmt: skip
+        seen["matches"] += 1
+        seen["matches that split a node"] += bool(before - {slots for slots, _ in theirs})
+
+    engine.checkpoint, engine.touch_match = inserted, matched  # type: ignore[method-assign]
     ops = (*memory._STEPS[:3], "verify", "insert", *memory._STEPS[3:])
     for step in range(steps):
         if int(rng.integers(0, 8)) == 0:  # a twin: a cached prefix computed again
@@ -319,8 +375,29 @@ def checkpoint_departures(
     return []
 
 
-#: the kinds of insert :func:`checkpoint_departures` counts
+#: the kinds of insert and match :func:`tree_departures` counts
 KINDS = (
-    "inserts", "that freed a duplicate", "that split a node", "that split at the prompt's end",
-    "of a finishing request",
+    "inserts", "inserts that freed a duplicate", "inserts that split a node",
+    "inserts that split at the prompt's end", "inserts of a finishing request", "matches",
+    "matches that split a node",
 )  # fmt: skip
+
+
+def prefixes_cached_twice(engine: Engine) -> list[tuple[tuple, list[tuple]]]:
+    """Each page-aligned run of tokens the engine's prefix cache holds in more than one path of
+    pages, with those paths: none in SGLang's tree, which holds a key once (under a window its
+    insert adopts a request's slots into the node whose SWA slots it freed, a tombstone; the
+    model keeps the request's copy beside it, a named choice: CONTRACT §15)."""
+    c = engine.config
+    paths: dict[tuple, set[tuple]] = collections.defaultdict(set)
+    for entry in engine.cache:
+        for n in range(1, len(entry.pages) + 1):
+            paths[tuple(entry.tokens[: n * c.page_size + c.offset])].add(entry.pages[:n])
+    return [(tokens, sorted(held)) for tokens, held in paths.items() if len(held) > 1]
+
+
+def tombstoned(engine: Engine, pages: tuple) -> bool:
+    """Whether a cached path of ``pages`` has lost the SWA slot of one of its positions."""
+    if engine.lut is None:
+        return False
+    return any(not engine.lut[s] for page in pages for s in engine.page_slots(page))

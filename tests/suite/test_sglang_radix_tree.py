@@ -1,0 +1,130 @@
+"""The engine model's prefix cache holds to SGLang's radix tree (run from source:
+``conformance/sglang/radix_tree.py``): its insert (``checkpoint_into_tree`` over the unified tree
+core's insert walk) frees the same duplicates, leaves the same row and the same tree, node by
+node, in the same access order; its match (``match_prefix``) splits and stamps the tree as
+SGLang's does; each way of departing from them is caught; and the named choices that stay
+(CONTRACT §15) are shown with what they change."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import pytest
+
+from conformance.sglang import radix_tree
+from engine_model import Engine, EngineConfig
+from engine_model.eviction import Eviction
+
+
+def _config(page_size: int, offset: int = 0) -> EngineConfig:
+    return EngineConfig(
+        page_size=page_size, num_pages=24, pool_rows=6, context_len=16, offset=offset
+    )
+
+
+def test_the_engine_inserts_and_matches_as_sglang_s_radix_cache_does():
+    """Every insert of random histories (pages of 1, 2 and 4; EAGLE's bigram keys and not)
+    frees the slots, leaves the row and the tree, and orders the tree's access times, as
+    SGLang's insert over the same tree; every match leaves the tree as SGLang's match does;
+    and the histories reach each kind, at least three times: an insert that frees a request's
+    duplicates, one that splits a node, one that splits at the prompt's end, a finishing
+    request's, a match that splits a node."""
+    seen: collections.Counter = collections.Counter()
+    for page_size in (1, 2, 4):
+        for offset in (0, 1):
+            for seed in range(3):
+                found = radix_tree.tree_departures(_config(page_size, offset), 120, seed, seen)
+                assert found == [], (page_size, offset, seed)
+    assert all(seen[kind] >= 3 for kind in radix_tree.KINDS), dict(seen)
+
+
+def _without_prompt_split(self, req):
+    """The model's earlier insert: no split at the prompt's end."""
+    self.rebind(req)
+    return self.cache_prefix(req)
+
+
+def _without_rebind(self, req):
+    """An insert that caches the request's pages and frees none of its duplicates."""
+    return self.cache_prefix(req)
+
+
+ORIGINAL_TOUCH = Eviction.touch_insert
+ORIGINAL_SPLIT = Eviction._split
+
+
+def _untouched_walk(self, entry, walked, new=0, left=None):
+    """An insert that splits and adds nodes but touches none it walks."""
+    return ORIGINAL_TOUCH(self, entry, 0, new, left) if new else None
+
+
+def _unstamped_match(self, entry, matched):
+    """A match that splits the node it ends inside but stamps no node it matched."""
+    return ORIGINAL_SPLIT(self, entry, matched)
+
+
+def _unsplit_match(self, entry, matched):
+    """A match that stamps the nodes it walked but splits none."""
+    self._split = lambda *_: None  # this engine's alone, for this match
+    try:
+        Eviction.touch_match(self, entry, matched)
+    finally:
+        del self._split
+
+
+OTHERS = {
+    "an insert without the split at the prompt's end": (Engine, "checkpoint", _without_prompt_split),
+    "an insert that frees no duplicate": (Engine, "checkpoint", _without_rebind),
+    "an insert that touches no node it walks": (Eviction, "touch_insert", _untouched_walk),
+    "a match that stamps nothing": (Eviction, "touch_match", _unstamped_match),
+    "a match that splits nothing": (Engine, "touch_match", _unsplit_match),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("other", OTHERS)
+def test_an_insert_or_a_match_of_another_kind_is_caught(other, monkeypatch):
+    """Able to fail: an insert or a match that departs from SGLang's is caught."""
+    monkeypatch.setattr(*OTHERS[other])
+    found = [radix_tree.tree_departures(_config(2), 120, seed) for seed in range(3)]
+    assert any(found), other
+
+
+def test_a_window_s_cache_is_not_run():
+    """SGLang's SWA component of the insert is not run: a cache with a window is refused."""
+    with pytest.raises(ValueError, match="window"):
+        radix_tree.tree_departures(dataclasses.replace(_config(2), swa_window=4), 10, 0)
+
+
+def _twice(config: EngineConfig, seeds: int = 6, steps: int = 150) -> list:
+    """The prefixes the cache holds twice after each step of random histories with twins, each
+    with whether one of its copies is a tombstone."""
+    import numpy as np
+
+    from conformance.sglang import memory
+
+    found = []
+    for seed in range(seeds):
+        engine = Engine(dataclasses.replace(config, allocators="model"))
+        rng = np.random.default_rng(seed)
+        for _ in range(steps):
+            if int(rng.integers(0, 8)) == 0:
+                engine.admit_twin(int(rng.integers(0, 10)), int(rng.integers(1, 4)))
+            else:
+                memory._random_step(engine, rng, (*memory._STEPS[:3], "insert", *memory._STEPS[3:]))  # fmt: skip
+            for _, paths in radix_tree.prefixes_cached_twice(engine):
+                found.append(any(radix_tree.tombstoned(engine, p) for p in paths))
+    return found
+
+
+def test_under_a_window_the_model_caches_a_prefix_twice_only_beside_a_tombstone():
+    """A named choice (CONTRACT §15): SGLang's insert under a window adopts a request's slots
+    into a cached node whose SWA slots it freed (a tombstone), and frees the node's old full
+    slots; the model does not match a prefix whose window it lost, and keeps the request's copy
+    beside it. What that changes: the model's cache holds such a prefix twice, its old pages
+    freed only by an eviction; without a window it never holds a prefix twice, and under one
+    only where a copy is a tombstone."""
+    assert _twice(_config(2)) == []
+    windowed = _twice(dataclasses.replace(_config(2), swa_window=4, swa_slots=24))
+    assert windowed, "no prefix cached twice under a window"
+    assert all(windowed)
