@@ -33,7 +33,7 @@ from conformance.engine_support import (
     warm_up,
 )
 from conformance.profiles import engine_sizes, engine_step_sizes, examples
-from conformance.sglang import memory
+from conformance.sglang import memory, radix_tree
 from engine_model import KV_BYTES, Engine
 from engine_model.faults import FAULT_KINDS, FAULTS
 from engine_model.vocabulary import (
@@ -309,6 +309,11 @@ REQUIRED_SITUATIONS = (
 )
 #: How often the fixed CPU draws must reach each situation.
 SITUATION_FLOOR = 3
+#: The steps of the prefix cache that SGLang's radix tree code holds in the histories on its
+#: allocators (``conformance/sglang/radix_tree.py``, engines without a window, until a fault),
+#: each reached :data:`SITUATION_FLOOR` times too; the kinds of each (splits, the prompt's end,
+#: duplicates freed) are printed, and reached in the radix tree's own self-test.
+HELD_STEPS = ("inserts", "matches")
 #: The share of the profile's examples the histories test runs: in the CPU's fixed draws, with
 #: the rules alone, 0.2 left several situations under the floor (graph-replayed draft steps
 #: and target verifies among them); 0.4 reaches each at least four times. A GPU's histories,
@@ -326,6 +331,7 @@ def test_engine_histories_agree_with_the_reference_and_report_each_fault(impl, d
     """Over an engine's history (prefix sharing, chunked prefill, padding, retraction, eviction, SWA, EAGLE, every forward mode) the implementation equals the reference after every launch, the ring stays empty without a fault, a fault is reported where its class predicts, and the CPU's fixed draws reach every situation the suite counts."""
     settings = examples(HISTORIES_SHARE)
     SITUATIONS.clear()
+    radix_tree.TREE.seen.clear()
     stateful.run_state_machine_as_test(
         lambda: EngineMachine(impl, device),
         settings=hypothesis.settings(settings, stateful_step_count=engine_step_sizes()["steps"]),
@@ -334,6 +340,10 @@ def test_engine_histories_agree_with_the_reference_and_report_each_fault(impl, d
     print(f"situations reached: {counts}")
     print(f"pages and pool rows chosen by: {ALLOCATORS[1]}")
     never = [name for name in REQUIRED_SITUATIONS if SITUATIONS[name] < SITUATION_FLOOR]
+    if ALLOCATORS[0] == "sglang" and radix_tree.usable()[0]:  # SGLang's tree held each step
+        held = radix_tree.TREE.seen
+        print("radix tree steps held by SGLang's insert and match: " + ", ".join(f"{kind}: {held[kind]}" for kind in radix_tree.KINDS))  # fmt: skip
+        never += [f"SGLang's {kind}" for kind in HELD_STEPS if held[kind] < SITUATION_FLOOR]
     if never and fixed_cpu_draws():
         fail(
             f"the histories reached fewer than {SITUATION_FLOOR} times: {'; '.join(never)} "

@@ -40,7 +40,7 @@ from __future__ import annotations
 import heapq
 
 from engine_model.allocators import Allocators
-from engine_model.free_lists import EVICTIONS
+from engine_model.free_lists import EVICTIONS, TREES
 from engine_model.state import CacheEntry
 
 __all__ = ["Eviction"]
@@ -100,7 +100,17 @@ class Eviction(Allocators):
 
     def touch_match(self, entry: CacheEntry, matched: int) -> None:
         """A match of the first ``matched`` page indices of ``entry``'s path: the node it ends
-        inside is split, then the matched path is stamped from its deepest node up."""
+        inside is split, then the matched path is stamped from its deepest node up. On an
+        engine whose allocators' radix tree code is registered (:data:`engine_model.free_lists.
+        TREES`), that code holds it."""
+        tree = TREES.get(self.config.allocators)
+        if tree is not None and tree.applies(self):
+            tree.match(self, entry, matched, self._touch_match)
+        else:
+            self._touch_match(entry, matched)
+
+    def _touch_match(self, entry: CacheEntry, matched: int) -> None:
+        """:meth:`touch_match`, the engine's own."""
         self._split(entry, matched)
         time = self._tick()
         for first, end in reversed([n for n in self.nodes(entry) if n[0] < matched]):

@@ -5,8 +5,9 @@ That is an allocator's choice, made by the allocators the engine's configuration
 module's own lists in SGLang's orders (:class:`PageList`, :class:`RowList`), or others
 registered with :func:`register` (the suite registers ``"sglang"``: SGLang's own allocators and
 request pool, and its radix cache's eviction walk, which then chooses the cached nodes an
-eviction takes, :data:`EVICTIONS`; run from the installed release's source,
-``conformance/sglang/memory.py``).
+eviction takes, :data:`EVICTIONS`, and its radix tree's insert and match, which then hold the
+engine's, :data:`TREES`; run from the installed release's source,
+``conformance/sglang/memory.py``, ``conformance/sglang/radix_tree.py``).
 Whatever they choose, the engine keeps the bookkeeping around it
 (:mod:`engine_model.allocators`: who holds a page, the SWA slots, the prefix cache).
 """
@@ -25,6 +26,8 @@ __all__ = [
     "PageList",
     "RowAllocator",
     "RowList",
+    "TREES",
+    "TreeCode",
     "make_allocators",
     "register",
 ]
@@ -128,12 +131,40 @@ EvictionWalk = Callable[[Any, int], list[tuple[int, ...]]]
 EVICTIONS: dict[str, EvictionWalk] = {}
 
 
-def register(name: str, backend: Backend, eviction: EvictionWalk | None = None) -> None:
-    """Make ``backend`` the allocators of the engines whose configuration names ``name``, and
-    ``eviction`` (if given) the walk that chooses what their prefix caches evict."""
+class TreeCode(Protocol):
+    """A radix tree's own code that holds an engine's insert and match: each runs the engine's
+    own step (``step``) beside its code's over the same tree, and raises ``AssertionError``
+    where they differ."""
+
+    def applies(self, engine: Any) -> bool:
+        """Whether it holds this engine's steps now."""
+
+    def insert(self, engine: Any, req: Any, step: Callable[[Any], int]) -> int:
+        """The engine's insert of ``req`` (``step(req)``), held; its positions inserted."""
+
+    def match(self, engine: Any, entry: Any, pages: int, step: Callable[[Any, int], None]) -> None:
+        """The engine's match of ``pages`` pages of a cached path ``entry``, held."""
+
+
+#: the radix tree code that holds the inserts and matches of the engines whose allocators are
+#: registered by that name (none: the engine's own, unheld)
+TREES: dict[str, TreeCode] = {}
+
+
+def register(
+    name: str,
+    backend: Backend,
+    eviction: EvictionWalk | None = None,
+    tree: TreeCode | None = None,
+) -> None:
+    """Make ``backend`` the allocators of the engines whose configuration names ``name``,
+    ``eviction`` (if given) the walk that chooses what their prefix caches evict, and ``tree``
+    (if given) the code that holds their prefix caches' inserts and matches."""
     BACKENDS[name] = backend
     if eviction is not None:
         EVICTIONS[name] = eviction
+    if tree is not None:
+        TREES[name] = tree
 
 
 def make_allocators(

@@ -44,3 +44,7 @@ class EngineHooks:
     rollback_fault: bool = False
     #: ``(request, page)`` of the page the rollback fault freed, once made
     rollback_fault_made: tuple[int, int] | None = None
+    #: whether a fault was made in this engine (:func:`engine_model.faults.make`): from then
+    #: on its page table may name what its cache does not hold, and a registered radix tree's
+    #: code (:data:`engine_model.free_lists.TREES`) no longer holds its steps
+    fault_made: bool = False

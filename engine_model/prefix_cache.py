@@ -10,6 +10,7 @@ import numpy as np
 
 from engine_model.config import pick_from
 from engine_model.eviction import Eviction
+from engine_model.free_lists import TREES
 from engine_model.state import CacheEntry, Request
 from engine_model.steps import Sweep, SweepGroup
 
@@ -103,7 +104,16 @@ class PrefixCache(Eviction):
         tokens in others, the request's duplicates freed (:meth:`rebind`), the prefix inserted
         (:meth:`cache_prefix`), and, where it goes past the page-aligned prompt, the node
         holding the prompt's end split there (SGLang's second insert, of the prompt's key, so
-        that an eviction can drop the output without the prompt). The positions inserted."""
+        that an eviction can drop the output without the prompt). On an engine whose
+        allocators' radix tree code is registered (:data:`engine_model.free_lists.TREES`), that
+        code holds it. The positions inserted."""
+        tree = TREES.get(self.config.allocators)
+        if tree is not None and tree.applies(self):
+            return tree.insert(self, req, self._checkpoint)
+        return self._checkpoint(req)
+
+    def _checkpoint(self, req: Request) -> int:
+        """:meth:`checkpoint`, the engine's own."""
         c = self.config
         self.rebind(req)
         k = self.cache_prefix(req)

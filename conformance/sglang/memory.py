@@ -80,7 +80,8 @@ import numpy as np
 import torch
 
 from conformance import upstream
-from conformance.sglang import loading
+from conformance.sglang import loading, radix_tree
+from conformance.sglang.random_steps import STEPS, random_step
 from engine_model import FULL, Engine, EngineConfig, free_lists
 from engine_model.state import Request
 
@@ -224,9 +225,15 @@ def allocators() -> tuple[str, str]:
     except (LookupError, OSError, ImportError, SyntaxError) as error:
         why = f"{type(error).__name__}: {error}"
         return "model", f"the engine model's lists and walk (SGLang's do not run here: {why})"
+    tree, why = radix_tree.usable()
     return "sglang", (
         f"SGLang {upstream.installed_version()}'s allocators, request pool and radix cache "
-        "eviction walk"
+        "eviction walk; "
+        + (
+            "its radix tree's insert and match hold the engine's (without a window)"
+            if tree
+            else f"the engine's insert and match, unheld ({why})"
+        )
     )
 
 
@@ -355,28 +362,6 @@ def eviction_walk(engine: Engine, tokens: int) -> list[tuple[int, ...]]:
     return order
 
 
-#: The steps of the random histories the departures checks make.
-_STEPS = ("admit", "prefill", "decode", "finish", "retract", "readmit")
-
-
-def _random_step(engine: Engine, rng: np.random.Generator, ops: tuple = _STEPS) -> str:
-    """One step of ``ops`` drawn by ``rng``: an admission (sharing a cached prefix or not), a
-    prefill chunk, a decode, a target verify, or an event picking a request; its name."""
-    what, a, b = int(rng.integers(0, len(ops))), int(rng.integers(0, 10)), int(rng.integers(0, 4))
-    op = ops[what]
-    if op == "admit":
-        engine.admit(a + 2, b)
-    elif op == "prefill":
-        engine.prefill(a + 1)
-    elif op == "decode":
-        engine.decode()
-    elif op == "verify":  # EAGLE's target verify: spec v2 allocates past what it writes
-        engine.target_verify(2 + b % 2, a)
-    else:
-        getattr(engine, op)(a)
-    return str(op)
-
-
 def eviction_departures(config: EngineConfig, steps: int, seed: int) -> list[str]:
     """A random history of ``steps`` steps of the engine model (admissions sharing cached
     prefixes, prefills, decodes, finishes, retractions and readmissions); before each step, an
@@ -394,7 +379,7 @@ def eviction_departures(config: EngineConfig, steps: int, seed: int) -> list[str
             if mine != theirs:
                 return [f"step {step}: evict {tokens}: the engine {mine}, SGLang {theirs}"]
             multi += len(mine) > 1
-        _random_step(engine, rng)
+        random_step(engine, rng)
     return [] if multi else ["no eviction of two nodes or more was compared"]
 
 
@@ -469,7 +454,7 @@ def match_departures(config: EngineConfig, steps: int, seed: int) -> list[str]:
     found = 0
     c = config
     for step in range(steps):
-        _random_step(engine, rng, _STEPS[:3] + ("insert",) + _STEPS[3:])
+        random_step(engine, rng, STEPS[:3] + ("insert",) + STEPS[3:])
         for req in engine.running.values():
             limit = len(req.tokens) - c.offset - 1
             _, mine = engine.tree_match(req, limit=limit)
@@ -594,7 +579,7 @@ def release_departures(config: EngineConfig, steps: int, seed: int) -> list[str]
     p, compared = config.page_size, 0
     for step in range(steps):
         if int(rng.integers(0, 3)):  # a retraction follows a target verify at once, too
-            op = _random_step(engine, rng, (*_STEPS[:3], "verify", "insert", "finish", "readmit"))
+            op = random_step(engine, rng, (*STEPS[:3], "verify", "insert", "finish", "readmit"))
             if op != "verify":
                 continue
         able = engine.retractable()
@@ -716,4 +701,9 @@ def swa_free_departures(page_sizes=(1, 2, 4, 16), windows=(3, 5, 8, 20), length:
     return cases, out, theirs, kept
 
 
-free_lists.register("sglang", _sglang_free_lists, eviction=eviction_walk)
+free_lists.register(
+    "sglang",
+    _sglang_free_lists,
+    eviction=eviction_walk,
+    tree=radix_tree.TREE if radix_tree.usable()[0] else None,
+)

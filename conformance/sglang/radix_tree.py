@@ -38,6 +38,7 @@ from the release's ``environ.py``). A cache with a window (SWA) is not run: the 
 (its tombstones, an insert's adoption of a request's slots into one) is not run, and the model
 does not adopt (a named choice: :func:`prefixes_cached_twice`, CONTRACT §15).
 """
+
 from __future__ import annotations
 
 import abc
@@ -56,11 +57,18 @@ import numpy as np
 import torch
 
 from conformance.sglang import loading
+from conformance.sglang.random_steps import STEPS, random_step
 from engine_model import Engine, EngineConfig
 from engine_model.state import Request
 
 __all__ = [
     "KINDS",
+    "TREE",
+    "SGLangTree",
+    "TreeDeparture",
+    "held_insert",
+    "held_match",
+    "usable",
     "available",
     "prefixes_cached_twice",
     "sglang_checkpoint",
@@ -312,6 +320,86 @@ def _engine_tree_order(engine: Engine) -> list:
     return engine_checkpoint(engine, None, 0).tree
 
 
+class TreeDeparture(AssertionError):
+    """The engine's insert or match left another tree (or freed other slots, or left another
+    row) than SGLang's over the same tree."""
+
+
+def held_insert(engine: Engine, req: Request, step, seen: collections.Counter) -> int:
+    """The engine's insert of ``req`` (``step(req)``: :meth:`engine_model.Engine._checkpoint`)
+    beside SGLang's (:func:`sglang_checkpoint`), a finish's where the engine has taken the
+    request out; :class:`TreeDeparture` where they differ. Counts what it compared in
+    ``seen``."""
+    finished = req.rid not in engine.running  # a finish takes the request out first
+    before = {slots for slots, _ in _engine_tree_order(engine)}
+    theirs = sglang_checkpoint(engine, req, finished=finished)
+    free_before = set(engine.free_pages)
+    k = step(req)
+    mine = engine_checkpoint(engine, req, theirs.length)
+    freed = set(engine.free_pages) - free_before
+    mine.freed = sorted(int(s) for page in freed for s in engine.page_slots(page))
+    if mine != theirs:
+        raise TreeDeparture(f"insert of request {req.rid} (finished: {finished}): the engine {mine}, SGLang {theirs}")  # fmt: skip
+    p = engine.config.page_size
+    seen["inserts"] += 1
+    seen["inserts that freed a duplicate"] += bool(theirs.freed)
+    seen["inserts that split a node"] += bool(before - {slots for slots, _ in theirs.tree})
+    seen["inserts that split at the prompt's end"] += 0 < (req.prompt - engine.config.offset) // p * p < k  # fmt: skip
+    seen["inserts of a finishing request"] += finished
+    return k
+
+
+def held_match(engine: Engine, entry, pages: int, step, seen: collections.Counter) -> None:
+    """The engine's match of ``pages`` pages of the cached path ``entry`` (``step(entry,
+    pages)``: :meth:`engine_model.Engine._touch_match`) beside SGLang's ``match_prefix`` of
+    those tokens (:func:`sglang_match`); :class:`TreeDeparture` where the trees differ. Counts
+    what it compared in ``seen``."""
+    before = {slots for slots, _ in _engine_tree_order(engine)}
+    c = engine.config
+    theirs = sglang_match(engine, list(entry.tokens[: pages * c.page_size + c.offset]))
+    step(entry, pages)
+    mine = _engine_tree_order(engine)
+    if mine != theirs:
+        raise TreeDeparture(f"match of {pages} pages of {entry.pages}: the engine {mine}, SGLang {theirs}")  # fmt: skip
+    seen["matches"] += 1
+    seen["matches that split a node"] += bool(before - {slots for slots, _ in theirs})
+
+
+class SGLangTree:
+    """SGLang's radix tree code as the engine model's registry holds it
+    (:data:`engine_model.free_lists.TREES`): every insert and match of an engine without a
+    window, until a fault is made in it, beside SGLang's. ``seen`` counts what it compared."""
+
+    def __init__(self) -> None:
+        self.seen: collections.Counter = collections.Counter()
+
+    def applies(self, engine: Engine) -> bool:
+        return not engine.config.swa_window and not engine.hooks.fault_made
+
+    def insert(self, engine: Engine, req: Request, step) -> int:
+        return held_insert(engine, req, step, self.seen)
+
+    def match(self, engine: Engine, entry, pages: int, step) -> None:
+        held_match(engine, entry, pages, step, self.seen)
+
+
+@functools.cache
+def usable() -> tuple[bool, str]:
+    """Whether SGLang's insert and match run here (the installed release has them in this
+    shape, :func:`available`, and msgspec is installed), and why not."""
+    if not available():
+        return False, "the installed release's insert is not in this shape (0.5.22 on)"
+    try:
+        _code()
+    except (LookupError, OSError, ImportError, SyntaxError) as error:
+        return False, f"{type(error).__name__}: {error}"
+    return True, ""
+
+
+#: the tree code the suite registers for the engines on SGLang's allocators
+TREE = SGLangTree()
+
+
 def tree_departures(
     config: EngineConfig, steps: int, seed: int, seen: collections.Counter | None = None
 ) -> list[str]:
@@ -319,59 +407,26 @@ def tree_departures(
     prefixes or computing them again, prefills, decodes, target verifies, insert events,
     finishes, retractions and readmissions); every insert the engine makes
     (:meth:`engine_model.Engine.checkpoint`) compared with SGLang's over the same tree and
-    request (:func:`sglang_checkpoint`): the slots it frees, the request's row, the tree's
-    nodes and their access order; and every match (:meth:`engine_model.Engine.touch_match`: an
+    request (:func:`held_insert`): the slots it frees, the request's row, the tree's nodes and
+    their access order; and every match (:meth:`engine_model.Engine.touch_match`: an
     admission sharing a cached prefix, a readmission) with SGLang's ``match_prefix`` of the
-    matched tokens (:func:`sglang_match`): the tree's nodes and their access order. Where they
+    matched tokens (:func:`held_match`): the tree's nodes and their access order. Where they
     first differ (empty: nowhere); ``seen`` counts what was compared of each kind
     (:data:`KINDS`)."""
-    from conformance.sglang import memory
-
     if config.swa_window:
         raise ValueError("a cache with a window: SGLang's SWA component of the tree is not run")
     engine = Engine(dataclasses.replace(config, allocators="model"))
     rng = np.random.default_rng(seed)
-    found: list[str] = []
     seen = collections.Counter() if seen is None else seen
-    insert, match, p = engine.checkpoint, engine.touch_match, config.page_size
-
-    def inserted(req: Request) -> int:
-        finished = req.rid not in engine.running  # a finish takes the request out first
-        before = {slots for slots, _ in _engine_tree_order(engine)}
-        theirs = sglang_checkpoint(engine, req, finished=finished)
-        free_before = set(engine.free_pages)
-        k = insert(req)
-        mine = engine_checkpoint(engine, req, theirs.length)
-        freed = set(engine.free_pages) - free_before
-        mine.freed = sorted(int(s) for page in freed for s in engine.page_slots(page))
-        if not found and mine != theirs:
-            found.append(f"insert of request {req.rid} (finished: {finished}): the engine {mine}, SGLang {theirs}")  # fmt: skip
-        seen["inserts"] += 1
-        seen["inserts that freed a duplicate"] += bool(theirs.freed)
-        seen["inserts that split a node"] += bool(before - {slots for slots, _ in theirs.tree})
-        seen["inserts that split at the prompt's end"] += 0 < (req.prompt - config.offset) // p * p < k  # fmt: skip
-        seen["inserts of a finishing request"] += finished
-        return k
-
-    def matched(entry, pages: int) -> None:
-        before = {slots for slots, _ in _engine_tree_order(engine)}
-        theirs = sglang_match(engine, list(entry.tokens[: pages * p + config.offset]))
-        match(entry, pages)
-        mine = _engine_tree_order(engine)
-        if not found and mine != theirs:
-            found.append(f"match of {pages} pages of {entry.pages}: the engine {mine}, SGLang {theirs}")  # fmt: skip
-        seen["matches"] += 1
-        seen["matches that split a node"] += bool(before - {slots for slots, _ in theirs})
-
-    engine.checkpoint, engine.touch_match = inserted, matched  # type: ignore[method-assign]
-    ops = (*memory._STEPS[:3], "verify", "insert", *memory._STEPS[3:])
+    insert, match = engine._checkpoint, engine._touch_match
+    engine._checkpoint = lambda req: held_insert(engine, req, insert, seen)  # type: ignore[method-assign]
+    engine._touch_match = lambda entry, n: held_match(engine, entry, n, match, seen)  # type: ignore[method-assign]
+    ops = (*STEPS[:3], "verify", "insert", "twin", *STEPS[3:])
     for step in range(steps):
-        if int(rng.integers(0, 8)) == 0:  # a twin: a cached prefix computed again
-            engine.admit_twin(int(rng.integers(0, 10)), int(rng.integers(1, 4)))
-        else:
-            memory._random_step(engine, rng, ops)
-        if found:
-            return [f"step {step}: {found[0]}"]
+        try:
+            random_step(engine, rng, ops)
+        except TreeDeparture as departure:
+            return [f"step {step}: {departure}"]
     return []
 
 

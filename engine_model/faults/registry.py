@@ -88,4 +88,5 @@ def make(engine: Engine, kind: str, pick: int, byte: int = 0) -> Fault | None:
     if fault is not None:
         fault = dataclasses.replace(fault, made_at=engine.steps)
         engine.log.append(f"FAULT {fault.what}")
+        engine.hooks.fault_made = True
     return fault

@@ -12,8 +12,8 @@ import dataclasses
 
 import pytest
 
-from conformance.sglang import radix_tree
-from engine_model import Engine, EngineConfig
+from conformance.sglang import radix_tree, random_steps
+from engine_model import Engine, EngineConfig, faults
 from engine_model.eviction import Eviction
 
 
@@ -68,17 +68,17 @@ def _unsplit_match(self, entry, matched):
     """A match that stamps the nodes it walked but splits none."""
     self._split = lambda *_: None  # this engine's alone, for this match
     try:
-        Eviction.touch_match(self, entry, matched)
+        Eviction._touch_match(self, entry, matched)
     finally:
         del self._split
 
 
 OTHERS = {
-    "an insert without the split at the prompt's end": (Engine, "checkpoint", _without_prompt_split),
-    "an insert that frees no duplicate": (Engine, "checkpoint", _without_rebind),
+    "an insert without the split at the prompt's end": (Engine, "_checkpoint", _without_prompt_split),
+    "an insert that frees no duplicate": (Engine, "_checkpoint", _without_rebind),
     "an insert that touches no node it walks": (Eviction, "touch_insert", _untouched_walk),
-    "a match that stamps nothing": (Eviction, "touch_match", _unstamped_match),
-    "a match that splits nothing": (Engine, "touch_match", _unsplit_match),
+    "a match that stamps nothing": (Eviction, "_touch_match", _unstamped_match),
+    "a match that splits nothing": (Engine, "_touch_match", _unsplit_match),
 }  # fmt: skip
 
 
@@ -96,22 +96,21 @@ def test_a_window_s_cache_is_not_run():
         radix_tree.tree_departures(dataclasses.replace(_config(2), swa_window=4), 10, 0)
 
 
+#: the steps of the histories that show a prefix cached twice: twins, and inserts
+OPS = (*random_steps.STEPS[:3], "insert", "twin", *random_steps.STEPS[3:])
+
+
 def _twice(config: EngineConfig, seeds: int = 6, steps: int = 150) -> list:
     """The prefixes the cache holds twice after each step of random histories with twins, each
     with whether one of its copies is a tombstone."""
     import numpy as np
-
-    from conformance.sglang import memory
 
     found = []
     for seed in range(seeds):
         engine = Engine(dataclasses.replace(config, allocators="model"))
         rng = np.random.default_rng(seed)
         for _ in range(steps):
-            if int(rng.integers(0, 8)) == 0:
-                engine.admit_twin(int(rng.integers(0, 10)), int(rng.integers(1, 4)))
-            else:
-                memory._random_step(engine, rng, (*memory._STEPS[:3], "insert", *memory._STEPS[3:]))  # fmt: skip
+            random_steps.random_step(engine, rng, OPS)
             for _, paths in radix_tree.prefixes_cached_twice(engine):
                 found.append(any(radix_tree.tombstoned(engine, p) for p in paths))
     return found
@@ -128,3 +127,40 @@ def test_under_a_window_the_model_caches_a_prefix_twice_only_beside_a_tombstone(
     windowed = _twice(dataclasses.replace(_config(2), swa_window=4, swa_slots=24))
     assert windowed, "no prefix cached twice under a window"
     assert all(windowed)
+
+
+def _served(engine: Engine) -> None:
+    """Admit two requests, the second sharing the first's cached prefix, prefill, decode and
+    finish them: two inserts at least, a match, two finishes."""
+    engine.admit(6)
+    engine.prefill(8)
+    engine.decode()
+    engine.admit(3, share=1)
+    engine.prefill(8)
+    engine.decode()
+    engine.finish(0)
+    engine.finish(0)
+
+
+def test_sglang_s_tree_holds_every_insert_and_match_of_an_engine_on_its_allocators(monkeypatch):
+    """An engine on SGLang's allocators (the suite's histories) has every insert and match held
+    by SGLang's tree code as it makes it; a departure raises there. Able to fail: an insert
+    without the split at the prompt's end raises; and once a fault is made in an engine the
+    code no longer holds its steps."""
+    config = dataclasses.replace(_config(2), allocators="sglang")
+    assert radix_tree.usable()[0], radix_tree.usable()
+    radix_tree.TREE.seen.clear()
+    _served(Engine(config))
+    seen = radix_tree.TREE.seen
+    assert seen["inserts"] >= 2 and seen["matches"] >= 1 and seen["inserts of a finishing request"] == 2, dict(seen)  # fmt: skip
+    faulty = Engine(config)
+    faulty.admit(6)
+    faulty.admit(5)
+    faulty.prefill(12)
+    faulty.decode()
+    assert radix_tree.TREE.applies(faulty)
+    assert faults.make(faulty, "req_to_token", 0) is not None
+    assert not radix_tree.TREE.applies(faulty)
+    monkeypatch.setattr(Engine, "_checkpoint", _without_prompt_split)
+    with pytest.raises(radix_tree.TreeDeparture, match="insert of request"):
+        _served(Engine(config))
