@@ -3,7 +3,8 @@ to them.
 
 A running or finishing request's insert (:meth:`engine_model.Engine.checkpoint`: after every
 prefill chunk, at an insert event, at a finish) is SGLang's ``checkpoint_into_tree``
-(``mem_cache/unified_radix_cache.py``, 0.5.22 on: :func:`available`) with the cache's
+(``mem_cache/unified_radix_cache.py``, 0.5.22 on: :func:`available`; the model follows
+0.5.23's tree, :func:`usable`) with the cache's
 ``insert`` pump and its action application (``_apply_cache_actions``,
 ``_apply_cache_action``), the unified tree core's resumable insert walk
 (``unified_cache/unified_tree_core.py``: ``begin_insert``, ``_advance_insert``, the walk,
@@ -42,6 +43,7 @@ does not adopt (a named choice: :func:`prefixes_cached_twice`, CONTRACT §15).
 from __future__ import annotations
 
 import abc
+import ast
 import collections
 import dataclasses
 import enum
@@ -78,24 +80,14 @@ __all__ = [
     "tree_departures",
 ]
 
-#: the tree core's methods an insert runs, and the cache's
+#: the tree core's methods an insert and a match run (0.5.23's names), and the cache's
 CORE_METHODS = (
-    "begin_insert", "resume_insert", "end_insert", "has_ongoing_insert", "_advance_insert",
-    "_is_deferrable_action", "_insert_walk_step", "_insert_overlap_step",
-    "_finish_insert_walk_node", "_insert_commit_step", "_insert_tail_step",
-    "_should_backup_after_insert", "_needs_incremental_component_backup", "_split_node",
-    "_add_new_node", "_touch_node", "_inc_hit_count_and_check", "_new_node", "_register_node",
-    "_update_evictable_leaf_sets", "_update_duplicate_tracking",
-    "_is_settled_full_host_duplicate", "_for_each_component_lru", "_is_device_leaf",
-    "_is_host_leaf", "collect_full_device_indices", "node_by_id", "root_node_handle",
-    "match_prefix", "_create_match_validators", "_match_prefix_helper", "_match_post_processor",
+    "begin_insert", "_advance_insert", "_insert_walk_step", "_insert_commit_step",
+    "_insert_tail_step", "_split_node", "_add_new_node", "_touch_node",
+    "collect_full_device_indices", "match_prefix", "_match_prefix_helper",
+    "_match_post_processor",
 )  # fmt: skip
-CACHE_METHODS = (
-    "checkpoint_into_tree", "insert", "_apply_cache_actions", "_apply_cache_action",
-    "path_device_indices", "root_node_handle",
-)  # fmt: skip
-#: the tree core's static methods (``methods_from_source`` drops decorators)
-STATIC = ("_is_deferrable_action",)
+CACHE_METHODS = ("checkpoint_into_tree", "insert", "_apply_cache_actions", "path_device_indices")
 
 
 def _mem_cache() -> Path:
@@ -138,9 +130,9 @@ def _code() -> types.SimpleNamespace:
     base = ("ComponentData", "EvictLayer", "LRURefreshPhase", "TreeComponent")
     loading.from_source(unified / "components" / "base.py", (*base, "get_and_increase_time_counter"), scope)  # fmt: skip
     loading.from_source(unified / "components" / "full.py", ("FullComponent",), scope)
-    actions = ("FreeDeviceKV", "FreeDeviceKVFullOnly", "ComponentAction", "BackupKV",
-               "UpdatePendingBackupOnNodeSplit")  # fmt: skip
-    loading.from_source(unified / "cache_action.py", actions, scope)
+    actions = unified / "cache_action.py"  # every action the release defines (they differ)
+    kinds_of_action = [n.name for n in ast.parse(actions.read_text()).body if isinstance(n, ast.ClassDef)]  # fmt: skip
+    loading.from_source(actions, tuple(kinds_of_action), scope)
     prefix_cache = ("InsertParams", "InsertResult", "MatchPrefixParams", "MatchResult")
     loading.from_source(root / "base_prefix_cache.py", prefix_cache, scope)
     loading.from_source(unified / "unified_tree_core_interface.py", ("InsertStepResult",), scope)
@@ -148,12 +140,11 @@ def _code() -> types.SimpleNamespace:
     loading.from_source(root / "utils.py", ("split_node_hash_value",), scope)
     core_file = unified / "unified_tree_core.py"
     loading.from_source(core_file, ("UnifiedTreeNode", "_InsertPhase", "_InsertWalkState"), scope)
-    core = loading.methods_from_source(core_file, "UnifiedTreeCore", CORE_METHODS, scope)
-    for name in STATIC:
-        core[name] = staticmethod(core[name])
-    cache = loading.methods_from_source(
-        root / "unified_radix_cache.py", "UnifiedRadixCache", CACHE_METHODS, scope
-    )
+    core = _class_methods(core_file, "UnifiedTreeCore", scope)
+    cache = _class_methods(root / "unified_radix_cache.py", "UnifiedRadixCache", scope)
+    missing = sorted(set(CORE_METHODS) - set(core)) + sorted(set(CACHE_METHODS) - set(cache))
+    if missing:
+        raise LookupError(f"the release's radix tree has no {missing}")
     pool_write = loading.methods_from_source(
         root / "memory_pool.py", "ReqToTokenPool", ("write",), scope
     )["write"]
@@ -161,6 +152,24 @@ def _code() -> types.SimpleNamespace:
         scope=scope, core=type("UnifiedTreeCore", (), core), cache=type("UnifiedRadixCache", (), cache),
         pool=type("ReqToTokenPool", (), {"write": pool_write}),
     )  # fmt: skip
+
+
+def _class_methods(path: Path, cls: str, scope: dict) -> dict:
+    """Every method of class ``cls`` in SGLang's file ``path``, executed from source in a copy
+    of ``scope`` (a method's name never shadows a name of the scope), its static methods wrapped
+    again (``loading.methods_from_source`` drops decorators) and its properties left out (the
+    stand-ins set the fields they read)."""
+    tree = ast.parse(path.read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
+    functions = [f for f in node.body if isinstance(f, ast.FunctionDef)]
+    methods = loading.methods_from_source(path, cls, tuple(f.name for f in functions), dict(scope))
+    for f in functions:
+        decorators = [ast.unparse(d) for d in f.decorator_list]
+        if "staticmethod" in decorators:
+            methods[f.name] = staticmethod(methods[f.name])
+        elif any(d == "property" or d.endswith((".setter", ".deleter")) for d in decorators):
+            methods.pop(f.name, None)
+    return methods
 
 
 @dataclasses.dataclass
@@ -231,7 +240,7 @@ def sglang_tree(engine: Engine) -> tuple[types.SimpleNamespace, Any]:
         raise ValueError("a cache with a window: SGLang's SWA component of the tree is not run")
     full = code.scope["BASE_COMPONENT_TYPE"]
     code.scope["_LAST_ACCESS_TIME_COUNTER_FLOAT"] = np.float64(engine.clock + 1.0)
-    core = code.core()
+    core = object.__new__(code.core)  # the fields below, not its __init__'s
     core.__dict__.update(
         page_size=c.page_size, is_eagle=c.offset == 1, component_types=(full,),
         _ongoing_insert_walk_state=None, tlru_bookkeeping=False, enable_storage=False,
@@ -273,7 +282,7 @@ def sglang_checkpoint(engine: Engine, req: Request, *, finished: bool) -> Checkp
     freed: list[int] = []
     pool = code.pool()
     pool.req_to_token = torch.from_numpy(engine.req_to_token.astype(np.int64))
-    cache = code.cache()
+    cache = object.__new__(code.cache)  # the fields below, not its __init__'s
     cache.__dict__.update(
         disable=False, tree_core=core, req_to_token_pool=pool, _components_tuple=(component,),
         components={full: component}, page_size=c.page_size, buffer_pipeline=None, linker=None,
@@ -383,21 +392,60 @@ class SGLangTree:
         held_match(engine, entry, pages, step, self.seen)
 
 
+def tried(offset: int) -> collections.Counter:
+    """A short fixed history on pages of 2 (``offset``: EAGLE's bigram keys or not) whose
+    inserts and matches are held to SGLang's: a prompt prefilled and inserted, decoded, a
+    request sharing its prefix (a match that splits a node), a twin computing it again (an
+    insert that frees duplicates), finishes (inserts that split at the prompt's end). What it
+    compared; :class:`TreeDeparture` where the engine departs."""
+    seen: collections.Counter = collections.Counter()
+    config = EngineConfig(page_size=2, num_pages=24, pool_rows=6, context_len=16, offset=offset)
+    engine = _held_engine(config, seen)
+    engine.admit(7)
+    engine.prefill(8)
+    engine.decode()
+    engine.decode()
+    engine.admit(3, share=1)
+    engine.admit_twin(0, 1, pages=2)
+    engine.prefill(8)
+    engine.decode()
+    for _ in range(3):
+        engine.finish(0)
+    return seen
+
+
 @functools.cache
 def usable() -> tuple[bool, str]:
-    """Whether SGLang's insert and match run here (the installed release has them in this
-    shape, :func:`available`, and msgspec is installed), and why not."""
+    """Whether SGLang's insert and match hold the engine model's here, and why not: the
+    installed release has them in this shape (:func:`available`), msgspec is installed, and
+    the model follows the release's tree (:func:`tried` departs nowhere: the model follows
+    0.5.23's tree; 0.5.22's insert leaves a node it splits with its lower part the older)."""
     if not available():
         return False, "the installed release's insert is not in this shape (0.5.22 on)"
     try:
-        _code()
-    except (LookupError, OSError, ImportError, SyntaxError) as error:
+        for offset in (0, 1):
+            tried(offset)
+    except TreeDeparture as departure:
+        return False, f"the engine model does not follow this release's tree ({str(departure)[:160]} ...)"  # fmt: skip
+    except (LookupError, OSError, ImportError, SyntaxError, AttributeError, TypeError) as error:
         return False, f"{type(error).__name__}: {error}"
     return True, ""
 
 
 #: the tree code the suite registers for the engines on SGLang's allocators
 TREE = SGLangTree()
+
+
+def _held_engine(config: EngineConfig, seen: collections.Counter) -> Engine:
+    """An engine of ``config`` on the model's own lists whose every insert and match is held to
+    SGLang's (:func:`held_insert`, :func:`held_match`), counted in ``seen``."""
+    if config.swa_window:
+        raise ValueError("a cache with a window: SGLang's SWA component of the tree is not run")
+    engine = Engine(dataclasses.replace(config, allocators="model"))
+    insert, match = engine._checkpoint, engine._touch_match
+    engine._checkpoint = lambda req: held_insert(engine, req, insert, seen)  # type: ignore[method-assign]
+    engine._touch_match = lambda entry, n: held_match(engine, entry, n, match, seen)  # type: ignore[method-assign]
+    return engine
 
 
 def tree_departures(
@@ -413,14 +461,8 @@ def tree_departures(
     matched tokens (:func:`held_match`): the tree's nodes and their access order. Where they
     first differ (empty: nowhere); ``seen`` counts what was compared of each kind
     (:data:`KINDS`)."""
-    if config.swa_window:
-        raise ValueError("a cache with a window: SGLang's SWA component of the tree is not run")
-    engine = Engine(dataclasses.replace(config, allocators="model"))
+    engine = _held_engine(config, collections.Counter() if seen is None else seen)
     rng = np.random.default_rng(seed)
-    seen = collections.Counter() if seen is None else seen
-    insert, match = engine._checkpoint, engine._touch_match
-    engine._checkpoint = lambda req: held_insert(engine, req, insert, seen)  # type: ignore[method-assign]
-    engine._touch_match = lambda entry, n: held_match(engine, entry, n, match, seen)  # type: ignore[method-assign]
     ops = (*STEPS[:3], "verify", "insert", "twin", *STEPS[3:])
     for step in range(steps):
         try:

@@ -12,7 +12,7 @@ import dataclasses
 
 import pytest
 
-from conformance.sglang import radix_tree, random_steps
+from conformance.sglang import memory, radix_tree, random_steps
 from engine_model import Engine, EngineConfig, faults
 from engine_model.eviction import Eviction
 
@@ -147,6 +147,7 @@ def test_sglang_s_tree_holds_every_insert_and_match_of_an_engine_on_its_allocato
     by SGLang's tree code as it makes it; a departure raises there. Able to fail: an insert
     without the split at the prompt's end raises; and once a fault is made in an engine the
     code no longer holds its steps."""
+    assert memory.allocators()[0] == "sglang", memory.allocators()  # it registers them
     config = dataclasses.replace(_config(2), allocators="sglang")
     assert radix_tree.usable()[0], radix_tree.usable()
     radix_tree.TREE.seen.clear()
@@ -164,3 +165,21 @@ def test_sglang_s_tree_holds_every_insert_and_match_of_an_engine_on_its_allocato
     monkeypatch.setattr(Engine, "_checkpoint", _without_prompt_split)
     with pytest.raises(radix_tree.TreeDeparture, match="insert of request"):
         _served(Engine(config))
+
+
+def test_the_tree_is_held_only_where_the_model_follows_the_release_s(monkeypatch):
+    """SGLang's tree code holds the suite's histories only where the engine model follows the
+    installed release's tree (a short fixed history departs nowhere): on the default release it
+    does. Able to fail: a model whose insert departs (no split at the prompt's end) is not
+    held, and the reason says so."""
+    assert radix_tree.usable() == (True, "")
+    for offset in (0, 1):
+        seen = radix_tree.tried(offset)
+        assert seen["inserts that freed a duplicate"] and seen["inserts that split at the prompt's end"]  # fmt: skip
+    monkeypatch.setattr(Engine, "_checkpoint", _without_prompt_split)
+    radix_tree.usable.cache_clear()
+    try:
+        held, why = radix_tree.usable()
+        assert not held and "does not follow this release's tree" in why, why
+    finally:
+        radix_tree.usable.cache_clear()
