@@ -243,13 +243,13 @@ def declared_minimums() -> dict[str, str]:
 
 
 def test_the_oldest_leg_pins_the_declared_minimums():
-    """tox -e oldest pins Triton, numpy, Hypothesis and pytest at the minimums pyproject.toml
+    """tox -e oldest pins Triton, numpy, Hypothesis, pytest and msgspec at the minimums pyproject.toml
     declares, and the README names the same range."""
     tox = (ROOT / "tox.ini").read_text()
     leg = tox[tox.index("[testenv:oldest]") :].split("\n[", 1)[0]
     pins = dict(re.findall(r"^\s+([a-z]+)==([\d.]+)$", leg, re.M))
     minimums = declared_minimums()
-    for name in ("triton", "numpy", "hypothesis", "pytest"):
+    for name in ("triton", "numpy", "hypothesis", "pytest", "msgspec"):
         assert pins.get(name, "").startswith(minimums[name]), (name, pins.get(name), minimums)
     readme = (ROOT / "README.md").read_text()
     for name, version in pins.items():
