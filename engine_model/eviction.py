@@ -126,7 +126,8 @@ class Eviction(Allocators):
         """``(time, index, entry, first page index)`` of each evictable leaf node: the last node
         of a path that no other path goes on from and that no running request holds a page
         of (a request locks the nodes on its path), nor a path being moved (:attr:`moving`,
-        the engine's lock of a cached prefix it reloads)."""
+        the engine's lock of a cached prefix it reloads); held to SGLang's locks, run from
+        source, by ``conformance/sglang/radix_tree.py``."""
         out = []
         for i, entry in enumerate(self.cache):
             if not entry.pages or self._has_child(entry) or entry is self.moving:

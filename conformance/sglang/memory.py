@@ -29,7 +29,9 @@ unified radix cache (:func:`eviction_departures`): ``FullComponent._evict_device
 of stand-in nodes built from the engine's cached paths, radix nodes, access times and locks. The
 tree core's part of each step, a stand-in here, is what ``_evict_device_leaf`` does to the walk:
 the node's tokens counted, the node taken from its parent, the parent an evictable leaf when it
-has no child left and no lock.
+has no child left and no lock. The locks are the engine's (a running request holds a page of the
+node or below), which :func:`conformance.sglang.radix_tree.lock_departures` holds to SGLang's
+``inc_lock_ref``.
 
 The prefix cache's match (:meth:`engine_model.Engine.tree_match`) is held to the unified tree
 core's read-only match of the full pool (:func:`match_departures`):

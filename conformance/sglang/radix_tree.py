@@ -26,7 +26,11 @@ request's duplicates of cached ones, the request's row after it rewrites the cac
 the tree after (each node's slots and its place in the order of access times), the prompt
 boundary's split included (a second insert of the prompt's key, where the request's key goes
 past it); and the tree after a match. :func:`tree_departures` holds the engine to both over
-random histories.
+random histories. Which cached leaves an eviction may take once the running requests hold
+their locks is the tree core's ``inc_lock_ref`` with the full component's
+``acquire_component_lock`` and ``_is_device_leaf``, each request locking the node its cached
+prefix ends in (:func:`sglang_evictable`); :func:`lock_departures` holds the engine's
+:meth:`engine_model.Engine.evictable_leaves` to it.
 
 Stand-ins (each holding only what these methods read, none doing more than SGLang's): the tree
 core and the cache (their fields; no hierarchical cache, no storage, no session, no sharding,
@@ -70,6 +74,9 @@ __all__ = [
     "TreeDeparture",
     "held_insert",
     "held_match",
+    "engine_evictable",
+    "lock_departures",
+    "sglang_evictable",
     "usable",
     "available",
     "prefixes_cached_twice",
@@ -85,7 +92,7 @@ CORE_METHODS = (
     "begin_insert", "_advance_insert", "_insert_walk_step", "_insert_commit_step",
     "_insert_tail_step", "_split_node", "_add_new_node", "_touch_node",
     "collect_full_device_indices", "match_prefix", "_match_prefix_helper",
-    "_match_post_processor",
+    "_match_post_processor", "inc_lock_ref", "_is_device_leaf",
 )  # fmt: skip
 CACHE_METHODS = ("checkpoint_into_tree", "insert", "_apply_cache_actions", "path_device_indices")
 
@@ -133,7 +140,13 @@ def _code() -> types.SimpleNamespace:
     actions = unified / "cache_action.py"  # every action the release defines (they differ)
     kinds_of_action = [n.name for n in ast.parse(actions.read_text()).body if isinstance(n, ast.ClassDef)]  # fmt: skip
     loading.from_source(actions, tuple(kinds_of_action), scope)
-    prefix_cache = ("InsertParams", "InsertResult", "MatchPrefixParams", "MatchResult")
+    prefix_cache = (
+        "InsertParams",
+        "InsertResult",
+        "MatchPrefixParams",
+        "MatchResult",
+        "IncLockRefResult",
+    )
     loading.from_source(root / "base_prefix_cache.py", prefix_cache, scope)
     loading.from_source(unified / "unified_tree_core_interface.py", ("InsertStepResult",), scope)
     loading.from_source(root / "radix_cache.py", ("RadixKey",), scope)
@@ -469,6 +482,57 @@ def tree_departures(
             random_step(engine, rng, ops)
         except TreeDeparture as departure:
             return [f"step {step}: {departure}"]
+    return []
+
+
+def sglang_evictable(engine: Engine) -> set[tuple[int, ...]]:
+    """The nodes (each its slots) SGLang's tree holds as evictable device leaves
+    (``_is_device_leaf``) once every running request holds the lock its last match or insert
+    took: ``inc_lock_ref`` of the node its cached prefix ends in (``cache_protected_len``), and
+    of the node the prefix the engine is moving ends in (a load back's lock), run from source
+    with the full component's ``acquire_component_lock``, over the engine's tree."""
+    code, core = sglang_tree(engine)
+    full = code.scope["BASE_COMPONENT_TYPE"]
+    nodes = [n for n in core._node_arena.values() if n is not core.root_node]
+    ends = {int(n.component_data[full].value[-1]): n for n in nodes}
+    anchors = [engine.full_slot(r, k - 1) for r in engine.running.values() if (k := _protected(engine, r))]  # fmt: skip
+    if engine.moving is not None:
+        anchors.append(int(engine.cached_full_slots(engine.moving)[engine.moving.length - 1]))
+    for slot in anchors:
+        core.inc_lock_ref(ends[int(slot)].id)
+    return {tuple(n.component_data[full].value.tolist()) for n in nodes if core._is_device_leaf(n)}
+
+
+def engine_evictable(engine: Engine) -> set[tuple[int, ...]]:
+    """The engine's evictable leaves (:meth:`engine_model.Engine.evictable_leaves`), each its
+    slots."""
+    p = engine.config.page_size
+    return {
+        tuple(int(s) for s in engine.cached_full_slots(entry)[first * p : entry.length])
+        for _, _, entry, first in engine.evictable_leaves()
+    }
+
+
+def lock_departures(
+    config: EngineConfig, steps: int, seed: int, seen: collections.Counter | None = None
+) -> list[str]:
+    """A random history of ``steps`` steps of the engine model (as :func:`tree_departures`
+    draws them); after each, the engine's evictable leaves against SGLang's once the running
+    requests hold their locks (:func:`sglang_evictable`). Where they first differ (empty:
+    nowhere); ``seen`` counts the states compared with a leaf a lock kept from eviction."""
+    if config.swa_window:
+        raise ValueError("a cache with a window: SGLang's SWA component of the tree is not run")
+    engine = Engine(dataclasses.replace(config, allocators="model"))
+    rng = np.random.default_rng(seed)
+    seen = collections.Counter() if seen is None else seen
+    for step in range(steps):
+        random_step(engine, rng, (*STEPS[:3], "verify", "insert", "twin", *STEPS[3:]))
+        mine, theirs = engine_evictable(engine), sglang_evictable(engine)
+        if mine != theirs:
+            return [f"step {step}: the engine's evictable leaves {sorted(mine)}, SGLang's {sorted(theirs)}"]  # fmt: skip
+        leaves = {s for s, _ in _engine_tree_order(engine)} - {parent for _, parent in _engine_tree_order(engine)}  # fmt: skip
+        seen["states"] += 1
+        seen["states with a leaf a lock kept"] += bool(leaves - mine)
     return []
 
 

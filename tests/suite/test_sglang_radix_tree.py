@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 
+import numpy as np
 import pytest
 
 from conformance.sglang import memory, radix_tree, random_steps
@@ -103,8 +104,6 @@ OPS = (*random_steps.STEPS[:3], "insert", "twin", *random_steps.STEPS[3:])
 def _twice(config: EngineConfig, seeds: int = 6, steps: int = 150) -> list:
     """The prefixes the cache holds twice after each step of random histories with twins, each
     with whether one of its copies is a tombstone."""
-    import numpy as np
-
     found = []
     for seed in range(seeds):
         engine = Engine(dataclasses.replace(config, allocators="model"))
@@ -183,3 +182,33 @@ def test_the_tree_is_held_only_where_the_model_follows_the_release_s(monkeypatch
         assert not held and "does not follow this release's tree" in why, why
     finally:
         radix_tree.usable.cache_clear()
+
+
+def test_the_engine_keeps_from_eviction_the_nodes_sglang_s_locks_keep():
+    """After every step of random histories, the engine's evictable leaves are SGLang's once
+    each running request holds the lock its last match or insert took (``inc_lock_ref``, run
+    from source), in histories where locks keep leaves from eviction."""
+    seen: collections.Counter = collections.Counter()
+    for page_size in (1, 2, 4):
+        for offset in (0, 1):
+            found = radix_tree.lock_departures(_config(page_size, offset), 120, 0, seen)
+            assert found == [], (page_size, offset)
+    assert seen["states with a leaf a lock kept"] >= 3, dict(seen)
+
+
+ORIGINAL_LEAVES = Engine.evictable_leaves
+
+
+def _unlocked_leaves(self):
+    """The evictable leaves of an engine that ignores its running requests' holds."""
+    held, self.req_refs = self.req_refs, np.zeros_like(self.req_refs)
+    try:
+        return ORIGINAL_LEAVES(self)
+    finally:
+        self.req_refs = held
+
+
+def test_a_leaf_evictable_under_a_lock_is_caught(monkeypatch):
+    """Able to fail: an engine that would evict a leaf a running request holds departs."""
+    monkeypatch.setattr(Engine, "evictable_leaves", _unlocked_leaves)
+    assert radix_tree.lock_departures(_config(2), 120, 0)
