@@ -431,8 +431,8 @@ def tried(offset: int) -> collections.Counter:
 def usable() -> tuple[bool, str]:
     """Whether SGLang's insert and match hold the engine model's here, and why not: the
     installed release has them in this shape (:func:`available`), msgspec is installed, and
-    the model follows the release's tree (:func:`tried` departs nowhere: the model follows
-    0.5.23's tree; 0.5.22's insert leaves a node it splits with its lower part the older)."""
+    the model follows the release's tree (:func:`tried` departs nowhere: on 0.5.23; on 0.5.22
+    it departs, and the reason is the first departure)."""
     if not available():
         return False, "the installed release's insert is not in this shape (0.5.22 on)"
     try:
