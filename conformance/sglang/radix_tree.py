@@ -103,8 +103,12 @@ def _mem_cache() -> Path:
 
 def available() -> bool:
     """Whether the installed release has the insert in this shape (``checkpoint_into_tree``
-    over the resumable tree core: 0.5.22 on; the older releases keep the model's insert)."""
-    path = _mem_cache() / "unified_radix_cache.py"
+    over the resumable tree core: 0.5.22 on; the older releases keep the model's insert); False
+    where SGLang is not installed."""
+    try:
+        path = _mem_cache() / "unified_radix_cache.py"
+    except ImportError:
+        return False
     return path.is_file() and "def checkpoint_into_tree(" in path.read_text()
 
 
@@ -434,7 +438,7 @@ def usable() -> tuple[bool, str]:
     the model follows the release's tree (:func:`tried` departs nowhere: on 0.5.23; on 0.5.22
     it departs, and the reason is the first departure)."""
     if not available():
-        return False, "the installed release's insert is not in this shape (0.5.22 on)"
+        return False, "no installed release has the insert in this shape (0.5.22 on)"
     try:
         for offset in (0, 1):
             tried(offset)

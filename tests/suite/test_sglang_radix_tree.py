@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -212,3 +215,56 @@ def test_a_leaf_evictable_under_a_lock_is_caught(monkeypatch):
     """Able to fail: an engine that would evict a leaf a running request holds departs."""
     monkeypatch.setattr(Engine, "evictable_leaves", _unlocked_leaves)
     assert radix_tree.lock_departures(_config(2), 120, 0)
+
+
+#: a Python process that finds no SGLang installed, importing the suite's memory module
+WITHOUT_SGLANG = """
+import importlib.util
+found = importlib.util.find_spec
+importlib.util.find_spec = lambda name, *a, **k: None if name == "sglang" else found(name, *a, **k)
+from conformance.sglang import memory, radix_tree
+import conformance.test_engine
+print(memory.allocators()[0], radix_tree.usable())
+"""
+
+
+def test_without_sglang_the_histories_run_on_the_model_s_own_lists_and_tree():
+    """Where SGLang is not installed the suite still imports (its engine histories among its
+    modules), and runs them on the engine model's own lists, walk and tree, saying why."""
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run(
+        [sys.executable, "-c", WITHOUT_SGLANG],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split()[0] == "model", run.stdout
+    assert "(False, 'no installed release" in run.stdout, run.stdout
+
+
+#: the same, with SGLang installed and msgspec not (a GPU host that installs nothing)
+WITHOUT_MSGSPEC = """
+import sys
+sys.modules["msgspec"] = None  # an import of it raises ImportError
+from conformance.sglang import memory, radix_tree
+import conformance.test_engine
+print(memory.allocators()[0], radix_tree.usable())
+"""
+
+
+def test_without_msgspec_the_histories_run_on_sglang_s_lists_and_the_model_s_tree():
+    """Where msgspec is not installed the suite still imports; its histories run on SGLang's
+    allocators and walk, and on the engine model's own insert and match, unheld, saying why."""
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run(
+        [sys.executable, "-c", WITHOUT_MSGSPEC],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split()[0] == "sglang", run.stdout
+    assert "(False, 'ModuleNotFoundError: import of msgspec" in run.stdout, run.stdout
