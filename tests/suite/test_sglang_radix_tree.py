@@ -217,54 +217,51 @@ def test_a_leaf_evictable_under_a_lock_is_caught(monkeypatch):
     assert radix_tree.lock_departures(_config(2), 120, 0)
 
 
-#: a Python process that finds no SGLang installed, importing the suite's memory module
-WITHOUT_SGLANG = """
-import importlib.util
-found = importlib.util.find_spec
-importlib.util.find_spec = lambda name, *a, **k: None if name == "sglang" else found(name, *a, **k)
+#: what a fresh Python process prints after importing the suite's modules: the allocators its
+#: histories run on, and whether SGLang's tree holds them
+IMPORTED = """
 from conformance.sglang import memory, radix_tree
 import conformance.test_engine
 print(memory.allocators()[0], radix_tree.usable())
 """
+#: the process finds no SGLang installed
+WITHOUT_SGLANG = """
+import importlib.util
+found = importlib.util.find_spec
+importlib.util.find_spec = lambda name, *a, **k: None if name == "sglang" else found(name, *a, **k)
+"""
+#: the process finds SGLang and no msgspec (a GPU host that installs nothing)
+WITHOUT_MSGSPEC = """
+import sys
+sys.modules["msgspec"] = None  # an import of it raises ImportError
+"""
+
+
+def _imported(setup: str) -> str:
+    """What :data:`IMPORTED` prints in a fresh process after ``setup``; it must exit 0."""
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run(
+        [sys.executable, "-c", setup + IMPORTED],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.stdout
 
 
 def test_without_sglang_the_histories_run_on_the_model_s_own_lists_and_tree():
     """Where SGLang is not installed the suite still imports (its engine histories among its
     modules), and runs them on the engine model's own lists, walk and tree, saying why."""
-    root = Path(__file__).resolve().parents[2]
-    run = subprocess.run(
-        [sys.executable, "-c", WITHOUT_SGLANG],
-        capture_output=True,
-        text=True,
-        cwd=root,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.split()[0] == "model", run.stdout
-    assert "(False, 'no installed release" in run.stdout, run.stdout
-
-
-#: the same, with SGLang installed and msgspec not (a GPU host that installs nothing)
-WITHOUT_MSGSPEC = """
-import sys
-sys.modules["msgspec"] = None  # an import of it raises ImportError
-from conformance.sglang import memory, radix_tree
-import conformance.test_engine
-print(memory.allocators()[0], radix_tree.usable())
-"""
+    out = _imported(WITHOUT_SGLANG)
+    assert out.split()[0] == "model" and "(False, 'no installed release" in out, out
 
 
 def test_without_msgspec_the_histories_run_on_sglang_s_lists_and_the_model_s_tree():
     """Where msgspec is not installed the suite still imports; its histories run on SGLang's
     allocators and walk, and on the engine model's own insert and match, unheld, saying why."""
-    root = Path(__file__).resolve().parents[2]
-    run = subprocess.run(
-        [sys.executable, "-c", WITHOUT_MSGSPEC],
-        capture_output=True,
-        text=True,
-        cwd=root,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.split()[0] == "sglang", run.stdout
-    assert "(False, 'ModuleNotFoundError: import of msgspec" in run.stdout, run.stdout
+    out = _imported(WITHOUT_MSGSPEC)
+    assert (
+        out.split()[0] == "sglang" and "(False, 'ModuleNotFoundError: import of msgspec" in out
+    ), out
