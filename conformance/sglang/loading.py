@@ -56,6 +56,7 @@ __all__ = [
     "import_all",
     "methods_from_source",
     "load_or_say",
+    "mem_cache",
     "manager_modules",
     "perturb_modules",
     "register_package",
@@ -79,6 +80,11 @@ def sglang_root() -> Path:
     if module is not None and getattr(module, "__path__", None):
         return Path(list(module.__path__)[0])
     return upstream.sglang_root()
+
+
+def mem_cache() -> Path:
+    """The installed release's ``srt/mem_cache`` folder (``ImportError`` without SGLang)."""
+    return sglang_root() / "srt" / "mem_cache"
 
 
 def load_or_say(loader) -> bool:

@@ -74,9 +74,8 @@ import dataclasses
 import functools
 import heapq
 import inspect
-import itertools
 import types
-from pathlib import Path
+from array import array
 
 import numpy as np
 import torch
@@ -106,10 +105,6 @@ __all__ = [
 ]
 
 
-def _mem_cache() -> Path:
-    return loading.sglang_root() / "srt" / "mem_cache"
-
-
 def page_allocator(page_size: int, free_pages: list[int]) -> types.SimpleNamespace:
     """SGLang's allocator of pages of ``page_size`` slots (``TokenToKVPoolAllocator`` for
     one, else ``PagedTokenToKVPoolAllocator``), its free list ``free_pages``: ``alloc(slots)``
@@ -130,7 +125,7 @@ def page_allocator(page_size: int, free_pages: list[int]) -> types.SimpleNamespa
 def _allocator_methods(one: bool) -> dict:
     """The methods of SGLang's allocator of pages of one slot (``one``) or of larger pages,
     executed from source once."""
-    path = _mem_cache() / "allocator" / ("token.py" if one else "paged.py")
+    path = loading.mem_cache() / "allocator" / ("token.py" if one else "paged.py")
     cls = "TokenToKVPoolAllocator" if one else "PagedTokenToKVPoolAllocator"
     names = ("alloc", "free") if one else ("alloc", "free", "_release_page_ids", "merge_and_sort_free", "get_all_free_pages")  # fmt: skip
     return loading.methods_from_source(path, cls, names, {"torch": torch})
@@ -140,7 +135,7 @@ def _allocator_methods(one: bool) -> dict:
 def _row_methods() -> dict:
     """``ReqToTokenPool.alloc_rows`` and ``free_rows``, executed from source once."""
     return loading.methods_from_source(
-        _mem_cache() / "memory_pool.py", "ReqToTokenPool", ("alloc_rows", "free_rows"), {}
+        loading.mem_cache() / "memory_pool.py", "ReqToTokenPool", ("alloc_rows", "free_rows"), {}
     )
 
 
@@ -285,7 +280,7 @@ def departures(config: EngineConfig, steps: int, seed: int, engine: Engine | Non
 @functools.cache
 def _walk_methods() -> tuple[dict, type, type]:
     """SGLang's full-component walk, its LRU strategy and its node ordering, from source."""
-    root = _mem_cache()
+    root = loading.mem_cache()
     scope = {"heapq": heapq, "ABC": abc.ABC, "abstractmethod": abc.abstractmethod}
     walk = loading.methods_from_source(
         root / "unified_cache" / "components" / "full.py", "FullComponent",
@@ -385,62 +380,15 @@ def eviction_departures(config: EngineConfig, steps: int, seed: int) -> list[str
     return [] if multi else ["no eviction of two nodes or more was compared"]
 
 
-@functools.cache
-def _match_methods() -> tuple[type, object]:
-    """SGLang's ``RadixKey`` (``mem_cache/radix_cache.py``) and the unified tree core's
-    read-only match of the full pool, ``UnifiedTreeCore.match_full_device_prefix``
-    (``unified_cache/unified_tree_core.py``), from source."""
-    from array import array
-
-    root = _mem_cache()
-    # the annotations stay unevaluated: the names the code itself uses
-    scope: dict = {"array": array, "torch": torch, "BASE_COMPONENT_TYPE": FULL}
-    key = loading.from_source(root / "radix_cache.py", ("RadixKey",), scope)["RadixKey"]
-    match = loading.methods_from_source(
-        root / "unified_cache" / "unified_tree_core.py", "UnifiedTreeCore",
-        ("match_full_device_prefix",), scope,
-    )["match_full_device_prefix"]  # fmt: skip
-    return key, match
-
-
 def sglang_match(engine: Engine, tokens: list[int]) -> int:
     """The positions of ``tokens`` (raw tokens; under EAGLE's offset, SGLang's bigram keys)
-    that SGLang's match finds in the engine's prefix cache, its cached paths built as SGLang's
-    tree holds them: a node a radix node of the engine (:meth:`Engine.nodes`), keyed by its
-    tokens, its value its slots, each child under its key's first page. A path whose tokens
-    another path holds in other pages (two nodes under one child key) raises
-    ``AssertionError``: SGLang's tree has one node there."""
-    from array import array
-
-    radix_key, match = _match_methods()
-    c = engine.config
-    eagle = c.offset == 1
-
-    def key_of(raw) -> object:
-        return radix_key(array("q", [int(t) for t in raw]), is_bigram=eagle)
-
-    root = types.SimpleNamespace(children={}, component_data={}, id=0)
-    for entry in engine.cache:
-        node, slots = root, engine.cached_full_slots(entry)
-        for first, end in engine.nodes(entry):
-            a, b = first * c.page_size, min(end * c.page_size, entry.length)
-            key = key_of(entry.tokens[a : b + c.offset])
-            child_key = key.child_key(c.page_size)
-            child = node.children.get(child_key)
-            value = torch.tensor(slots[a:b], dtype=torch.int64)
-            if child is None:
-                child = types.SimpleNamespace(
-                    key=key, children={}, id=len(entry.pages),
-                    component_data={FULL: types.SimpleNamespace(value=value)},
-                )  # fmt: skip
-                node.children[child_key] = child
-            held = child.component_data[FULL].value
-            assert child.key.token_ids == key.token_ids and torch.equal(held, value), (
-                f"two cached paths under one key: {child_key}"
-            )
-            node = child
-    core = types.SimpleNamespace(root_node=root, page_size=c.page_size, is_eagle=eagle)
-    matched, _, _ = match(core, key_of(tokens))
+    that SGLang's read-only match of the full pool, ``UnifiedTreeCore.match_full_device_prefix``
+    (``unified_cache/unified_tree_core.py``, with ``RadixKey``, run from source), finds in the
+    engine's prefix cache as SGLang's tree holds it (:func:`radix_tree.sglang_tree`; a path
+    whose tokens another path holds in other pages raises ``AssertionError`` there)."""
+    code, core = radix_tree.sglang_tree(engine)
+    key = code.scope["RadixKey"](array("q", [int(t) for t in tokens]), is_bigram=core.is_eagle)
+    matched, _, _ = core.match_full_device_prefix(key)
     return int(matched)
 
 
@@ -524,9 +472,7 @@ def release_ranges(engine: Engine, req: Request) -> list[tuple[int, int]]:
     allocated past them: a whole page past its last written one is a speculative server's
     over-allocation (spec v2), else it was allocated what it wrote. The tree cache and the
     request are stand-ins that hold those lengths and record the calls."""
-    from array import array
-
-    path = _mem_cache() / "common.py"
+    path = loading.mem_cache() / "common.py"
     p = engine.config.page_size
     eagle = len(req.pages) * p >= req.written + p  # a page past the written ones
     spec = types.SimpleNamespace(speculative_algorithm="EAGLE" if eagle else None)
@@ -540,13 +486,7 @@ def release_ranges(engine: Engine, req: Request) -> list[tuple[int, int]]:
         path, ("release_kv_cache", "_release_overallocated_kv_indices"), scope
     )["release_kv_cache"]
 
-    shared = (  # the leading pages each cached path shares with the request
-        sum(
-            1 for _ in itertools.takewhile(lambda pair: pair[0] == pair[1], zip(e.pages, req.pages))
-        )
-        for e in engine.cache
-    )
-    protected = min(max(shared, default=0) * p, req.written)
+    protected = radix_tree.protected_len(engine, req)
     freed: list[tuple[int, int]] = []
     kv = types.SimpleNamespace(
         holds_kv=True, is_kv_released=False, cache_protected_len=protected,
@@ -618,7 +558,7 @@ def _sizing(page_size: int, drafts: int) -> dict:
     }
     names = ("get_alloc_len_per_decode", "get_alloc_reserve_per_decode", "page_aligned_decode_alloc_lens")  # fmt: skip
     return loading.from_source(
-        _mem_cache() / "allocation_sizing.py", names, scope, scope_imports=True
+        loading.mem_cache() / "allocation_sizing.py", names, scope, scope_imports=True
     )
 
 
@@ -656,7 +596,7 @@ def _swa_free() -> tuple:
     align = {"ceil_align": lambda n, k: -(-n // k) * k}
     component = types.SimpleNamespace(SWA=object())  # ComponentType.SWA: a key
     scope = {**align, "ComponentType": component, "Callable": None}
-    loading.from_source(_mem_cache() / "common.py", ("free_swa_out_of_window_slots",), scope)
+    loading.from_source(loading.mem_cache() / "common.py", ("free_swa_out_of_window_slots",), scope)
     batch = loading.sglang_root() / "srt" / "managers" / "schedule_batch.py"
     kv_methods = loading.methods_from_source(
         batch, "ReqKvInfo", ("swa_dead_lo", "get_evicted_seqlen", "set_evicted_seqlen"), align

@@ -81,7 +81,9 @@ __all__ = [
     "available",
     "prefixes_cached_twice",
     "sglang_checkpoint",
-    "sglang_match",
+    "engine_tree_order",
+    "protected_len",
+    "tree_after_match",
     "sglang_tree",
     "tombstoned",
     "tree_departures",
@@ -97,16 +99,12 @@ CORE_METHODS = (
 CACHE_METHODS = ("checkpoint_into_tree", "insert", "_apply_cache_actions", "path_device_indices")
 
 
-def _mem_cache() -> Path:
-    return loading.sglang_root() / "srt" / "mem_cache"
-
-
 def available() -> bool:
     """Whether the installed release has the insert in this shape (``checkpoint_into_tree``
     over the resumable tree core: 0.5.22 on; the older releases keep the model's insert); False
     where SGLang is not installed."""
     try:
-        path = _mem_cache() / "unified_radix_cache.py"
+        path = loading.mem_cache() / "unified_radix_cache.py"
     except ImportError:
         return False
     return path.is_file() and "def checkpoint_into_tree(" in path.read_text()
@@ -127,7 +125,7 @@ def _code() -> types.SimpleNamespace:
     """The release's insert code, executed from source into one scope."""
     import msgspec
 
-    root, unified = _mem_cache(), _mem_cache() / "unified_cache"
+    root, unified = loading.mem_cache(), loading.mem_cache() / "unified_cache"
     scope: dict = {
         "torch": torch, "msgspec": msgspec, "Enum": enum.Enum, "IntFlag": enum.IntFlag,
         "auto": enum.auto, "dataclasses": dataclasses, "array": array, "ABC": abc.ABC,
@@ -203,7 +201,8 @@ class Checkpoint:
 
 def _engine_tree(engine: Engine, code: types.SimpleNamespace, core) -> dict:
     """SGLang's tree of the engine's cached paths under ``core``'s root: the nodes by their
-    slots."""
+    slots. A path whose tokens another path holds in other pages (two nodes under one child
+    key) raises ``AssertionError``: SGLang's tree has one node there."""
     c = engine.config
     node_type, key_type, full = code.scope["UnifiedTreeNode"], code.scope["RadixKey"], code.scope["BASE_COMPONENT_TYPE"]  # fmt: skip
     made: dict = {}
@@ -218,7 +217,9 @@ def _engine_tree(engine: Engine, code: types.SimpleNamespace, core) -> dict:
                 child.parent, child.last_access_time = node, float(engine.node_time[entry.pages[first]])  # fmt: skip
                 child.key = key_type(array("q", [int(t) for t in entry.tokens[a : b + c.offset]]), is_bigram=c.offset == 1)  # fmt: skip
                 child.component_data[full].value = torch.tensor(value, dtype=torch.int64)
-                node.children[child.key.child_key(c.page_size)] = child
+                under = child.key.child_key(c.page_size)
+                assert under not in node.children, f"two cached paths under one key: {under}"
+                node.children[under] = child
                 core._register_node(child)
                 made[value] = child
             node = child
@@ -237,7 +238,7 @@ def tree_order(root, full) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     return [(slots, parent) for _, slots, parent in sorted(nodes)]
 
 
-def _protected(engine: Engine, req: Request) -> int:
+def protected_len(engine: Engine, req: Request) -> int:
     """The positions of ``req`` whose pages are a cached path's (SGLang's
     ``cache_protected_len``, as the model keeps it: what a match or an earlier insert gave the
     request)."""
@@ -278,7 +279,7 @@ def sglang_tree(engine: Engine) -> tuple[types.SimpleNamespace, Any]:
     return code, core
 
 
-def sglang_match(engine: Engine, tokens: list[int]) -> list:
+def tree_after_match(engine: Engine, tokens: list[int]) -> list:
     """The tree after SGLang's ``match_prefix`` (the unified tree core's, with its split of
     the node the match ends inside and its post-processor's stamps) of ``tokens`` over the
     engine's prefix cache (:func:`tree_order`); the engine is left as it was."""
@@ -309,7 +310,7 @@ def sglang_checkpoint(engine: Engine, req: Request, *, finished: bool) -> Checkp
             free_segment=lambda indices, start_pos: freed.extend(indices.tolist())),
     )  # fmt: skip
     prompt = req.tokens[: req.prompt]
-    protected = _protected(engine, req)
+    protected = protected_len(engine, req)
     request = types.SimpleNamespace(
         finished=lambda: finished, full_untruncated_fill_ids=array("q", req.tokens),
         origin_input_ids=array("q", prompt), priority=None, session_id=None, kv_rotation_base=None,
@@ -324,26 +325,19 @@ def sglang_checkpoint(engine: Engine, req: Request, *, finished: bool) -> Checkp
     )  # fmt: skip
 
 
-def engine_checkpoint(engine: Engine, req: Request | None, length: int) -> Checkpoint:
-    """The engine's side of :class:`Checkpoint`, after its insert of ``req`` (None: the tree
-    alone): the slots of the pages it freed are filled in by the caller."""
-    tree = []
+def engine_tree_order(engine: Engine) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The engine's side of :func:`tree_order`: its radix nodes, each ``(its slots, its
+    parent's slots)``, oldest access first (ties in slot order)."""
+    tree = set()
     for entry in engine.cache:
         slots = engine.cached_full_slots(entry)
         parent: tuple[int, ...] = ()
         for first, end in engine.nodes(entry):
             a, b = first * engine.config.page_size, min(end * engine.config.page_size, entry.length)
             value = tuple(int(s) for s in slots[a:b])
-            tree.append((float(engine.node_time[entry.pages[first]]), value, parent))
+            tree.add((float(engine.node_time[entry.pages[first]]), value, parent))
             parent = value
-    order = [(value, parent) for _, value, parent in sorted(set(tree))]
-    row = [] if req is None else [int(s) for s in engine.req_to_token[req.row, :length]]
-    return Checkpoint(freed=[], row=row, length=length, tree=order)
-
-
-def _engine_tree_order(engine: Engine) -> list:
-    """The engine's side of :func:`tree_order`."""
-    return engine_checkpoint(engine, None, 0).tree
+    return [(value, parent) for _, value, parent in sorted(tree)]
 
 
 class TreeDeparture(AssertionError):
@@ -357,13 +351,16 @@ def held_insert(engine: Engine, req: Request, step, seen: collections.Counter) -
     request out; :class:`TreeDeparture` where they differ. Counts what it compared in
     ``seen``."""
     finished = req.rid not in engine.running  # a finish takes the request out first
-    before = {slots for slots, _ in _engine_tree_order(engine)}
+    before = {slots for slots, _ in engine_tree_order(engine)}
     theirs = sglang_checkpoint(engine, req, finished=finished)
     free_before = set(engine.free_pages)
     k = step(req)
-    mine = engine_checkpoint(engine, req, theirs.length)
     freed = set(engine.free_pages) - free_before
-    mine.freed = sorted(int(s) for page in freed for s in engine.page_slots(page))
+    mine = Checkpoint(
+        freed=sorted(int(s) for page in freed for s in engine.page_slots(page)),
+        row=[int(s) for s in engine.req_to_token[req.row, : theirs.length]],
+        length=theirs.length, tree=engine_tree_order(engine),
+    )  # fmt: skip
     if mine != theirs:
         raise TreeDeparture(f"insert of request {req.rid} (finished: {finished}): the engine {mine}, SGLang {theirs}")  # fmt: skip
     p = engine.config.page_size
@@ -378,13 +375,13 @@ def held_insert(engine: Engine, req: Request, step, seen: collections.Counter) -
 def held_match(engine: Engine, entry, pages: int, step, seen: collections.Counter) -> None:
     """The engine's match of ``pages`` pages of the cached path ``entry`` (``step(entry,
     pages)``: :meth:`engine_model.Engine._touch_match`) beside SGLang's ``match_prefix`` of
-    those tokens (:func:`sglang_match`); :class:`TreeDeparture` where the trees differ. Counts
+    those tokens (:func:`tree_after_match`); :class:`TreeDeparture` where the trees differ. Counts
     what it compared in ``seen``."""
-    before = {slots for slots, _ in _engine_tree_order(engine)}
+    before = {slots for slots, _ in engine_tree_order(engine)}
     c = engine.config
-    theirs = sglang_match(engine, list(entry.tokens[: pages * c.page_size + c.offset]))
+    theirs = tree_after_match(engine, list(entry.tokens[: pages * c.page_size + c.offset]))
     step(entry, pages)
-    mine = _engine_tree_order(engine)
+    mine = engine_tree_order(engine)
     if mine != theirs:
         raise TreeDeparture(f"match of {pages} pages of {entry.pages}: the engine {mine}, SGLang {theirs}")  # fmt: skip
     seen["matches"] += 1
@@ -499,7 +496,7 @@ def sglang_evictable(engine: Engine) -> set[tuple[int, ...]]:
     full = code.scope["BASE_COMPONENT_TYPE"]
     nodes = [n for n in core._node_arena.values() if n is not core.root_node]
     ends = {int(n.component_data[full].value[-1]): n for n in nodes}
-    anchors = [engine.full_slot(r, k - 1) for r in engine.running.values() if (k := _protected(engine, r))]  # fmt: skip
+    anchors = [engine.full_slot(r, k - 1) for r in engine.running.values() if (k := protected_len(engine, r))]  # fmt: skip
     if engine.moving is not None:
         anchors.append(int(engine.cached_full_slots(engine.moving)[engine.moving.length - 1]))
     for slot in anchors:
@@ -534,7 +531,7 @@ def lock_departures(
         mine, theirs = engine_evictable(engine), sglang_evictable(engine)
         if mine != theirs:
             return [f"step {step}: the engine's evictable leaves {sorted(mine)}, SGLang's {sorted(theirs)}"]  # fmt: skip
-        leaves = {s for s, _ in _engine_tree_order(engine)} - {parent for _, parent in _engine_tree_order(engine)}  # fmt: skip
+        leaves = {s for s, _ in engine_tree_order(engine)} - {parent for _, parent in engine_tree_order(engine)}  # fmt: skip
         seen["states"] += 1
         seen["states with a leaf a lock kept"] += bool(leaves - mine)
     return []
