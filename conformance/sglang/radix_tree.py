@@ -559,7 +559,12 @@ def prefixes_cached_twice(engine: Engine) -> list[tuple[tuple, list[tuple]]]:
 
 
 def tombstoned(engine: Engine, pages: tuple) -> bool:
-    """Whether a cached path of ``pages`` has lost the SWA slot of one of its positions."""
+    """Whether a cached path of ``pages`` has lost the SWA slot of a position in the window of
+    a request that shares all of it (the model's match then refuses it, where SGLang's tree
+    holds a tombstone)."""
     if engine.lut is None:
         return False
-    return any(not engine.lut[s] for page in pages for s in engine.page_slots(page))
+    p = engine.config.page_size
+    length = len(pages) * p
+    slots = [s for page in pages for s in engine.page_slots(page)]
+    return any(not engine.lut[slots[pos]] for pos in range(engine.window_start(length), length))

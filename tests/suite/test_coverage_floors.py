@@ -30,3 +30,23 @@ def test_fewer_histories_leave_situations_under_the_floor_and_fail(tmp_path):
     done = _histories(tmp_path, "half_the_histories")
     assert runs.verdict(done).startswith("verdict: FAILED"), done.stdout[-2000:]
     assert "the histories reached fewer than 3 times" in done.stdout
+
+
+#: A plugin that unregisters SGLang's tree code: nothing holds the histories' inserts and matches.
+NO_TREE = """
+def pytest_collection_modifyitems(items):
+    from engine_model import free_lists
+
+    free_lists.TREES.clear()
+"""
+
+
+def test_histories_that_sglang_s_tree_does_not_hold_fail(tmp_path):
+    """Able to fail: where SGLang's tree code holds none of the histories' inserts and matches
+    (its registration lost), the same test fails, naming them."""
+    (tmp_path / "no_tree.py").write_text(NO_TREE)
+    done = _histories(tmp_path, "no_tree")
+    assert runs.verdict(done).startswith("verdict: FAILED"), done.stdout[-2000:]
+    assert "SGLang's inserts" in done.stdout and "SGLang's matches" in done.stdout, done.stdout[
+        -2000:
+    ]

@@ -265,3 +265,11 @@ def test_without_msgspec_the_histories_run_on_sglang_s_lists_and_the_model_s_tre
     assert (
         out.split()[0] == "sglang" and "(False, 'ModuleNotFoundError: import of msgspec" in out
     ), out
+
+
+def test_a_prefix_cached_twice_without_a_tombstone_is_caught(monkeypatch):
+    """Able to fail: an insert that frees no duplicate caches a prefix twice without a window,
+    and under one beside no tombstone."""
+    monkeypatch.setattr(Engine, "_checkpoint", _without_rebind)
+    assert _twice(_config(2), seeds=2)
+    assert not all(_twice(dataclasses.replace(_config(2), swa_window=4, swa_slots=24), seeds=2))
