@@ -40,8 +40,9 @@ with a cached path, as the model keeps them), the request pool (SGLang's
 ``ReqToTokenPool.write``, from source, over the engine's table), the allocator (it records what
 ``free_segment`` is given), the lock (a handle) and the environment (each flag's default, read
 from the release's ``environ.py``). A cache with a window (SWA) is not run: the SWA component
-(its tombstones, an insert's adoption of a request's slots into one) is not run, and the model
-does not adopt (a named choice: :func:`prefixes_cached_twice`, CONTRACT §15).
+(what an insert does with a cached node whose window lost its SWA slots, a tombstone) is not
+run, and the model keeps a request's copy beside such a node (a named choice:
+:func:`prefixes_cached_twice`, CONTRACT §15).
 """
 
 from __future__ import annotations
@@ -547,9 +548,9 @@ KINDS = (
 
 def prefixes_cached_twice(engine: Engine) -> list[tuple[tuple, list[tuple]]]:
     """Each page-aligned run of tokens the engine's prefix cache holds in more than one path of
-    pages, with those paths: none in SGLang's tree, which holds a key once (under a window its
-    insert adopts a request's slots into the node whose SWA slots it freed, a tombstone; the
-    model keeps the request's copy beside it, a named choice: CONTRACT §15)."""
+    pages, with those paths: none in SGLang's tree, which holds a key in one node (under a
+    window the model keeps a request's copy beside a cached path whose window lost its SWA
+    slots, a tombstone, a named choice: CONTRACT §15)."""
     c = engine.config
     paths: dict[tuple, set[tuple]] = collections.defaultdict(set)
     for entry in engine.cache:

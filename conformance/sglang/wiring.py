@@ -17,6 +17,10 @@ launch with the input assert on that is not a decode (the divergence [22] of
 ``docs/UPSTREAM.md``): a server with EAGLE on serves only with the input assert off. The
 per-forward leg gives each manager what this says, and runs the draft model's histories in the
 configuration SGLang serves (:func:`servable`).
+
+The draft model's runner holds the target worker's request pool and KV allocator
+(:func:`draft_runner_pools`, the server's pool allocation run from source): the one page table
+and allocator that the engine model's separate draft engine departs from (CONTRACT §15).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from conformance.sglang import loading
 from engine_model import EngineConfig
 
 __all__ = [
+    "draft_runner_pools",
     "model_runner_file",
     "radix_cache_owner",
     "runner_gets_token_oracle",
@@ -162,3 +167,64 @@ def _chain(node: ast.AST) -> tuple[str, ...]:
     if not isinstance(node, ast.Name):
         return ()
     return (node.id, *reversed(parts))
+
+
+def _bound(path: Path, cls: str, name: str, scope: dict, **fields) -> types.SimpleNamespace:
+    """A stand-in of class ``cls`` holding ``fields``, with its method ``name`` from SGLang's
+    file ``path`` (run from source in ``scope``) bound to it."""
+    method = loading.methods_from_source(path, cls, (name,), scope)[name]
+    standin = types.SimpleNamespace(**fields)
+    setattr(standin, name, types.MethodType(method, standin))
+    return standin
+
+
+def draft_runner_pools(draft_worker: str = "EagleDraftWorker") -> tuple[bool, bool]:
+    """Whether the draft model's runner holds the target worker's request pool, and its KV
+    allocator, once an EAGLE server has allocated its pools: SGLang's ``Scheduler.init_memory_pools``
+    (``managers/scheduler.py``), ``BaseSpecWorker.alloc_memory_pool``
+    (``speculative/base_spec_worker.py``), ``EagleDraftWorker.alloc_memory_pool``
+    (``speculative/eagle_worker_v2.py``; ``draft_worker``: another class of those files in its
+    place) and ``TpModelWorker.alloc_memory_pool`` (``managers/tp_worker.py``), run from
+    source over stand-in workers and runners holding the fields they read. The target worker's
+    pool and allocator are the objects ``get_memory_pool`` returns; whatever else each method
+    allocates, sizes or checks is a no-op stand-in."""
+    srt = loading.sglang_root() / "srt"
+    speculative = srt / "speculative"
+    spec = types.SimpleNamespace(speculative_use_rejection_sampling=False)
+    scope: dict = {
+        "get_spec": lambda: spec,
+        "kv_cache_builder": types.SimpleNamespace(resolve_decode_retraction_backup=lambda **_: None),
+    }  # fmt: skip
+    runner = types.SimpleNamespace(
+        alloc_memory_pool=lambda *a, **k: None, max_running_requests=1,
+        effective_logical_max_total_num_tokens=2, req_to_token_pool=None,
+        token_to_kv_pool_allocator=None,
+    )  # fmt: skip
+    tp_worker = _bound(
+        srt / "managers" / "tp_worker.py", "TpModelWorker", "alloc_memory_pool", scope,
+        model_runner=runner, model_runner_list=[runner],
+        model_config=types.SimpleNamespace(context_len=2),
+    )  # fmt: skip
+    file = speculative / ("eagle_worker_v2.py" if draft_worker == "EagleDraftWorker" else "base_spec_worker.py")  # fmt: skip
+    eagle_draft = _bound(
+        file, draft_worker, "alloc_memory_pool", scope, draft_worker=tp_worker,
+        init_token_map=lambda: None, init_lm_head=lambda: None,
+    )  # fmt: skip
+    spec_worker = _bound(
+        speculative / "base_spec_worker.py", "BaseSpecWorker", "alloc_memory_pool", scope,
+        draft_worker=eagle_draft, init_hicache_draft_plan=lambda: None,
+    )  # fmt: skip
+    target_pools = (object(), object())
+    target = types.SimpleNamespace(
+        get_memory_pool=lambda: target_pools,
+        model_runner=types.SimpleNamespace(memory_pool_config=None),
+    )
+    scheduler = _bound(
+        scheduler_file(), "Scheduler", "init_memory_pools", scope,
+        init_target_memory_pool=lambda: None, tp_worker=target, draft_worker=spec_worker,
+    )  # fmt: skip
+    scheduler.init_memory_pools()
+    return (
+        runner.req_to_token_pool is target_pools[0],
+        runner.token_to_kv_pool_allocator is target_pools[1],
+    )

@@ -119,12 +119,12 @@ def _twice(config: EngineConfig, seeds: int = 6, steps: int = 150) -> list:
 
 
 def test_under_a_window_the_model_caches_a_prefix_twice_only_beside_a_tombstone():
-    """A named choice (CONTRACT §15): SGLang's insert under a window adopts a request's slots
-    into a cached node whose SWA slots it freed (a tombstone), and frees the node's old full
-    slots; the model does not match a prefix whose window it lost, and keeps the request's copy
-    beside it. What that changes: the model's cache holds such a prefix twice, its old pages
-    freed only by an eviction; without a window it never holds a prefix twice, and under one
-    only where a copy is a tombstone."""
+    """A named choice (CONTRACT §15): SGLang's SWA component of the tree (what an insert does
+    with a cached node whose window lost its SWA slots, a tombstone) is not run; the model does
+    not match a prefix whose window it lost, and keeps the request's copy beside it. What that
+    changes: the model's cache holds such a prefix twice, its old pages freed only by an
+    eviction; without a window it never holds a prefix twice, and under one only where a copy
+    lost an SWA slot in the window of a request that shares it."""
     assert _twice(_config(2)) == []
     windowed = _twice(dataclasses.replace(_config(2), swa_window=4, swa_slots=24))
     assert windowed, "no prefix cached twice under a window"

@@ -184,3 +184,13 @@ def test_the_draft_models_canary_is_never_swept():
     dues = [Due(3, 1, tags=frozenset({sweep_tag})), Due(4, 1, tags=frozenset({tail_tag}))]
     assert engine_support.swept_dues(engine, dues) == dues[1:]
     assert engine_support.swept_dues(Engine(EngineConfig()), dues) == dues
+
+
+def test_the_draft_model_s_runner_holds_the_target_s_page_table_and_allocator():
+    """SGLang's EAGLE server gives the draft model's runner the target worker's request pool
+    (its page table) and KV allocator (``Scheduler.init_memory_pools`` down to
+    ``TpModelWorker.alloc_memory_pool``, run from source): the sharing CONTRACT §15's named
+    choice departs from. Able to fail: with the base draft worker's ``alloc_memory_pool`` (it
+    passes nothing on) in the chain, the runner holds neither."""
+    assert wiring.draft_runner_pools() == (True, True)
+    assert wiring.draft_runner_pools("EagleDraftWorkerBase") == (False, False)
