@@ -464,14 +464,18 @@ def draft_extend_layout(seq_lens: list[int], num_draft_tokens: int) -> types.Sim
     )
 
 
-def release_ranges(engine: Engine, req: Request) -> list[tuple[int, int]]:
+def release_ranges(
+    engine: Engine, req: Request, checkpoints: list[int] | None = None
+) -> list[tuple[int, int]]:
     """The row positions SGLang's ``release_kv_cache(checkpoint=False)`` (a retraction's,
     ``mem_cache/common.py``, with ``_release_overallocated_kv_indices``, run from source) gives
     back to the allocator for ``req`` of the engine: its owned positions past its protected
     prefix (what the prefix cache holds of its pages) and, page-aligned, the positions it was
     allocated past them: a whole page past its last written one is a speculative server's
     over-allocation (spec v2), else it was allocated what it wrote. The tree cache and the
-    request are stand-ins that hold those lengths and record the calls."""
+    request are stand-ins that hold those lengths and record the calls. ``checkpoints``: a
+    finish's release instead (``checkpoint=True``), the ``up_to`` of each checkpoint it makes of
+    the request into the tree appended there."""
     path = loading.mem_cache() / "common.py"
     p = engine.config.page_size
     eagle = len(req.pages) * p >= req.written + p  # a page past the written ones
@@ -504,8 +508,10 @@ def release_ranges(engine: Engine, req: Request) -> list[tuple[int, int]]:
         token_to_kv_pool_allocator=types.SimpleNamespace(page_size=p),
         on_release=lambda r, checkpointed: None,
         req_to_token_pool=types.SimpleNamespace(free=lambda r: None),
+        checkpoint=lambda r, up_to, **_: None if checkpoints is None else checkpoints.append(up_to),
     )  # fmt: skip
-    release(request, tree, checkpoint=False)
+    request.refresh_fill_ids, request.finished = (lambda: None), (lambda: True)
+    release(request, tree, checkpoint=checkpoints is not None)
     return [(a, b) for a, b in freed if a < b]
 
 

@@ -43,6 +43,19 @@ def test_the_engine_inserts_and_matches_as_sglang_s_radix_cache_does():
     assert all(seen[kind] >= 3 for kind in radix_tree.KINDS), dict(seen)
 
 
+def test_the_engine_inserts_matches_and_locks_as_sglang_does_on_pages_of_16():
+    """The CPU's largest pages (16 slots, a context of four pages): the inserts, matches and
+    evictable leaves of random histories are SGLang's too. (The suite's own histories hold every
+    insert and match at the sizes they draw: pages up to 16 slots on the CPU, 64 on a GPU.)"""
+    seen: collections.Counter = collections.Counter()
+    for offset in (0, 1):
+        config = EngineConfig(page_size=16, num_pages=24, pool_rows=6, context_len=64, offset=offset)  # fmt: skip
+        for seed in range(2):
+            assert radix_tree.tree_departures(config, 120, seed, seen) == [], (offset, seed)
+            assert radix_tree.lock_departures(config, 60, seed) == [], (offset, seed)
+    assert seen["inserts"] >= 3 and seen["inserts of a finishing request"] >= 3, dict(seen)
+
+
 def _without_prompt_split(self, req):
     """The model's earlier insert: no split at the prompt's end."""
     self.rebind(req)
@@ -273,3 +286,22 @@ def test_a_prefix_cached_twice_without_a_tombstone_is_caught(monkeypatch):
     monkeypatch.setattr(Engine, "_checkpoint", _without_rebind)
     assert _twice(_config(2), seeds=2)
     assert not all(_twice(dataclasses.replace(_config(2), swa_window=4, swa_slots=24), seeds=2))
+
+
+def test_a_finish_inserts_what_sglang_s_release_checkpoints():
+    """A finishing request's insert (:meth:`Engine.checkpoint` from ``finish``) takes the
+    positions SGLang's ``release_kv_cache(checkpoint=True)`` (run from source) checkpoints into
+    the tree: everything the request owns, its written positions, page-aligned by the insert."""
+    engine = Engine(dataclasses.replace(_config(2), allocators="model"))
+    engine.admit(6)
+    engine.prefill(8)
+    engine.decode()
+    req = next(iter(engine.running.values()))
+    made: list[int] = []
+    memory.release_ranges(engine, req, made)
+    assert made == [req.written]
+    inserted: list[int] = []
+    monkey = engine.checkpoint
+    engine.checkpoint = lambda r: inserted.append(monkey(r)) or inserted[-1]  # type: ignore[method-assign]
+    engine.finish(0)
+    assert inserted == [req.written // 2 * 2], (inserted, req.written)
